@@ -1,0 +1,35 @@
+"""select: the best iteration by the validation metric -> models/best and metrics/best.json.
+
+The early-stopping state that evaluate@t carries already names the best iteration; iterations
+after the stop did no work and cannot be chosen.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from stages.common import (BEST_MODEL, IterationPaths, atomic_output, iteration_numbers, load_params, read_json,
+                           run_stage, write_json)
+
+
+def best_iteration(states: list[dict]) -> int:
+    return states[-1]["best_iteration"]
+
+
+def main() -> None:
+    params = load_params()
+    states = [read_json(IterationPaths(t).state) for t in [0, *iteration_numbers(params)]]
+    best = best_iteration(states)
+    with atomic_output(BEST_MODEL) as tmp:
+        shutil.copytree(IterationPaths(best).model, tmp)
+    chosen, seed = states[best], states[0]
+    summary = {"iteration": best, "val_metric": chosen["val_metric"], "val": chosen.get("val", {}),
+               "test": chosen.get("test", {}),
+               "iterations_run": sum(not state["stopped"] for state in states) - 1,
+               "test_delta_vs_seed": {name: value - seed["test"][name] for name, value in chosen.get("test", {}).items()}}
+    write_json("metrics/best.json", summary)
+    print(f"best: iteration {best} ({chosen['val_metric']} on val {chosen['best_score']})")
+
+
+if __name__ == "__main__":
+    run_stage(main)
