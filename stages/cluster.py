@@ -163,7 +163,7 @@ def cluster_iteration(params: dict, sentences: pd.DataFrame, embeddings: np.ndar
     labels, first, second = mine_positive_pairs(embeddings, doc_codes, k)
     seconds = time.perf_counter() - started
     kept = cap_pairs(first, second, doc_codes, positive_int(params, "idc.max_pairs_per_document", allow_all=True),
-                     positive_int(params, "idc.max_pairs", allow_all=True), int(params["train"]["seed"]))
+                     positive_int(params, "idc.max_pairs", allow_all=True), int(params["seed"]))
     pairs = build_pair_table(sentences, labels, first[kept], second[kept])
     stats = pair_statistics(labels, first, doc_codes, pairs)
     stats["idc_seconds"] = seconds
@@ -177,7 +177,7 @@ def main() -> None:
     params = load_params()
     paths = IterationPaths(t)
     started = time.perf_counter()
-    if iteration_is_active(t, positive_int(params, "loop.patience")):
+    if iteration_is_active(params, t):
         sentences = pd.read_parquet(SENTENCES)
         pairs, stats = cluster_iteration(params, sentences, np.load(paths.embeddings))
         if pairs.empty:

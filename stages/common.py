@@ -203,12 +203,15 @@ def save_model(model, dest: Path | str) -> None:
         model.save(str(tmp), create_model_card=False)
 
 
-def iteration_is_active(t: int, patience: int) -> bool:
-    """Iteration t does work unless early stopping already fired after t-1."""
+def iteration_is_active(params: dict, t: int) -> bool:
+    """Iteration t does work unless early stopping already fired after t-1 (`loop.patience`
+    iterations without a validation gain). Also checks t belongs to the params' iteration chain."""
     if t == 0:
         return True
+    if t not in iteration_numbers(params):
+        raise StageError(f"iteration {t} is not in params `iterations`")
     state = read_json(IterationPaths(t - 1).state)
-    return not state["stopped"] and state["since_best"] < patience
+    return not state["stopped"] and state["since_best"] < positive_int(params, "loop.patience")
 
 
 def positive_int(params: dict, dotted: str, allow_all: bool = False) -> int | None:

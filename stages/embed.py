@@ -25,7 +25,7 @@ def main() -> None:
     params = load_params()
     paths = IterationPaths(t)
     started = time.perf_counter()
-    if iteration_is_active(t, positive_int(params, "loop.patience")):
+    if iteration_is_active(params, t):
         texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
         model = load_model(IterationPaths(t - 1).model, params.get("device"), params["embed"]["max_seq_length"])
         embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))

@@ -66,7 +66,7 @@ def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
     metric = params["evaluate"]["metric"]
     if metric not in METRICS:
         raise StageError(f"params `evaluate.metric` must be one of {list(METRICS)}, got {metric!r}")
-    if not iteration_is_active(t, positive_int(params, "loop.patience")):
+    if not iteration_is_active(params, t):
         state = {key: previous[key] for key in ("best_iteration", "best_score", "since_best")}
         return {"iteration": t, "stopped": True, "val_metric": metric, **state}, pd.DataFrame(
             {"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})

@@ -82,16 +82,19 @@ def read_user_corpus(source: str, path: Path, title_first_line: bool) -> pd.Data
             frame = pd.read_parquet(path)
         except Exception as error:
             raise StageError(f"{path}: not a readable Parquet file ({error})") from error
+    if frame.empty:
+        raise StageError(f"{path}: the corpus has no documents")
     missing = [column for column in ("id", "text") if column not in frame.columns]
     if missing:
         raise StageError(f"{path}: missing column(s) {missing}; a corpus needs `id` and `text` (optional `title`, `category`)")
-    if frame["id"].duplicated().any():
-        raise StageError(f"{path}: duplicate document id {frame['id'][frame['id'].duplicated()].iloc[0]!r}")
+    ids = frame["id"].astype(str)
+    if ids.duplicated().any():
+        raise StageError(f"{path}: duplicate document id {ids[ids.duplicated()].iloc[0]!r}")
     documents = pd.DataFrame({
-        "doc_id": frame["id"].astype(str),
+        "doc_id": ids,
         "title": frame["title"] if "title" in frame else None,
         "body": frame["text"],
-        "category": frame["category"].astype(str) if "category" in frame else "all",
+        "category": frame["category"].fillna("all").astype(str) if "category" in frame else "all",
     })
     documents["title"] = documents["title"].map(lambda t: t.strip() if isinstance(t, str) and t.strip() else None)
     return documents
@@ -164,7 +167,9 @@ def prepare_corpus(params: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     corpus = params["corpus"]
     documents = load_documents(corpus)
     before = len(documents)
-    documents = documents.sort_values("doc_id", kind="stable").drop_duplicates("body").reset_index(drop=True)
+    documents = documents.sort_values("doc_id", kind="stable")
+    normalised = documents["body"].map(lambda body: " ".join(body.split()))
+    documents = documents[~normalised.duplicated()].reset_index(drop=True)
     limit = positive_int(params, "corpus.max_documents", allow_all=True)
     if limit is not None and limit < len(documents):
         documents = documents.sample(n=limit, random_state=0).sort_values("doc_id").reset_index(drop=True)
@@ -173,7 +178,7 @@ def prepare_corpus(params: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     sentences, stats = build_sentence_table(documents)
     if sentences.groupby("doc_id").size().ge(2).sum() == 0:
         raise StageError("no document has two or more sentences: there is nothing to pair")
-    documents["split"] = assign_splits(documents, params["split"], int(params["split"]["seed"]))
+    documents["split"] = assign_splits(documents, params["split"], int(params["seed"]))
     stats.update({"documents": len(documents), "duplicate_bodies_dropped": before - len(documents),
                   "documents_with_title": int(documents["title"].notna().sum()),
                   **{f"{name}_documents": int((documents["split"] == name).sum()) for name in SPLITS}})

@@ -115,7 +115,7 @@ def main() -> None:
         for row in active[1:]:
             ranks = pd.read_parquet(IterationPaths(row["iteration"]).ranks)
             deltas[row["iteration"]] = {m: paired_bootstrap(seed_ranks, ranks[ranks["split"] == "test"], m, samples,
-                                                            int(params["train"]["seed"])) for m in ("recall@1", "mrr@10")}
+                                                            int(params["seed"])) for m in ("recall@1", "mrr@10")}
     curve = pd.DataFrame([{"iteration": row["iteration"],
                            **{f"{split}_{m}": row["state"].get(split, {}).get(m) for split in ("val", "test") for m in METRICS}}
                           for row in active])

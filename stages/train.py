@@ -61,16 +61,18 @@ class DocumentDisjointBatchSampler(DefaultBatchSampler):
         return len(self.batches)
 
 
-def train_on_pairs(model, pairs: pd.DataFrame, train: dict, device: str, output_dir: Path) -> dict:
+def train_on_pairs(model, pairs: pd.DataFrame, train: dict, seed: int, device: str, output_dir: Path) -> dict:
     """Train `model` in place on (text_a, text_b) pairs; return the loss curve and step counts."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
+    warmup = float(train["warmup_ratio"])
+    if not 0 <= warmup < 1:
+        raise StageError(f"params `train.warmup_ratio` must be in [0, 1), got {warmup}")
     temperature = float(train["temperature"])
     if temperature <= 0:
         raise StageError(f"params `train.temperature` must be > 0, got {temperature}")
-    seed = int(train["seed"])
     seed_everything(seed)
     doc_codes = pd.factorize(pairs["doc_id"])[0]
     sampler = functools.partial(DocumentDisjointBatchSampler, doc_codes=doc_codes, epochs=int(train["epochs"]))
@@ -79,7 +81,7 @@ def train_on_pairs(model, pairs: pd.DataFrame, train: dict, device: str, output_
                                         directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
     args = SentenceTransformerTrainingArguments(
         output_dir=str(output_dir), num_train_epochs=1, per_device_train_batch_size=int(train["batch_size"]),
-        learning_rate=float(train["learning_rate"]), warmup_steps=float(train["warmup_ratio"]), seed=seed,
+        learning_rate=float(train["learning_rate"]), warmup_steps=warmup, seed=seed,
         data_seed=seed, batch_sampler=sampler, save_strategy="no", report_to="none", logging_steps=10,
         use_cpu=device == "cpu", dataloader_num_workers=0, disable_tqdm=False,
     )
@@ -99,7 +101,7 @@ def main() -> None:
     params = load_params()
     paths = IterationPaths(t)
     started = time.perf_counter()
-    if not iteration_is_active(t, positive_int(params, "loop.patience")):
+    if not iteration_is_active(params, t):
         with atomic_output(paths.model) as tmp:
             tmp.mkdir()
             (tmp / "SKIPPED").write_text("early stopping: this iteration did no work\n")
@@ -115,7 +117,7 @@ def main() -> None:
     inference_length = model.max_seq_length
     model.max_seq_length = positive_int(params, "train.max_seq_length")
     with tempfile.TemporaryDirectory() as scratch:
-        stats = train_on_pairs(model, pairs, train, device, Path(scratch))
+        stats = train_on_pairs(model, pairs, train, int(params["seed"]), device, Path(scratch))
     model.max_seq_length = inference_length  # the saved model keeps its own inference length
     save_model(model, paths.model)
     stats.update({"iteration": t, "skipped": False, "pairs": len(pairs), "seconds": time.perf_counter() - started})

@@ -1,0 +1,77 @@
+"""Shared fixtures: a tiny sentence-transformers model built from scratch, and a handful of documents."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Six topics, two documents each; sentences of one document share a topic, titles name it.
+TOPICS = {
+    "football": ["The striker scored a late goal.", "The keeper saved a penalty kick.", "Fans cheered the winning team.",
+                 "The coach praised the defence.", "The league table changed after the match."],
+    "cooking": ["The chef chopped fresh onions.", "Garlic was fried in olive oil.", "The soup simmered for an hour.",
+                "Bread was baked in a hot oven.", "The recipe needs fresh herbs."],
+    "weather": ["Heavy rain fell across the valley.", "Strong winds knocked down trees.", "The storm moved east overnight.",
+                "Snow is expected on the hills.", "Forecasters warned of floods."],
+    "markets": ["Shares fell sharply on Monday.", "The bank raised interest rates.", "Investors sold government bonds.",
+                "The currency lost value against the dollar.", "Profits at the firm doubled."],
+    "space": ["The rocket launched from the coast.", "Astronauts docked with the station.", "The probe sent images of Mars.",
+              "A telescope spotted a distant galaxy.", "The satellite entered orbit."],
+    "music": ["The band released a new album.", "The singer toured across Europe.", "Fans queued for concert tickets.",
+              "The orchestra played a symphony.", "The guitarist wrote a ballad."],
+}
+
+
+def tiny_documents() -> list[dict]:
+    """Twelve small documents (id, title, text, category) with topical sentences."""
+    documents = []
+    for topic, sentences in TOPICS.items():
+        for part in range(2):
+            order = sentences[part:] + sentences[:part]
+            documents.append({"id": f"{topic}-{part}", "title": f"News about {topic} number {part}",
+                              "text": " ".join(order[: 4 + part]), "category": topic})
+    return documents
+
+
+def build_tiny_model(path: Path, seed: int = 0) -> Path:
+    """A 2-layer BERT (hidden 32) with a word-level vocabulary of the tiny corpus, mean pooling."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = sorted({w for d in tiny_documents() for w in re.findall(r"\w+|[^\w\s]", (d["title"] + " " + d["text"]).lower())})
+    hf_dir = path / "hf"
+    hf_dir.mkdir(parents=True)
+    (hf_dir / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    BertTokenizerFast(vocab=str(hf_dir / "vocab.txt"), do_lower_case=True).save_pretrained(hf_dir)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(words) + 5, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(hf_dir)
+    transformer = models.Transformer(str(hf_dir), max_seq_length=64)
+    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    model = SentenceTransformer(modules=[transformer, pooling], device="cpu")
+    model_dir = path / "model"
+    model.save(str(model_dir), create_model_card=False)
+    return model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture()
+def tiny_corpus_jsonl(tmp_path) -> Path:
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()), encoding="utf-8")
+    return path

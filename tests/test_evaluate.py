@@ -1,0 +1,208 @@
+"""evaluate (stages/evaluate.py): gold ranks and retrieval metrics against sentence-transformers'
+InformationRetrievalEvaluator, hand-worked per-query scores, and the early-stopping state and rule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import TOPICS, tiny_documents
+from stages.common import IterationPaths, StageError, iteration_is_active, load_model, read_json, write_json
+from stages.evaluate import (METRICS, evaluate_iteration, gold_ranks, next_state, per_query_scores, rank_queries,
+                             retrieval_metrics)
+
+
+@pytest.fixture()
+def one_torch_thread():
+    """Two cores shared with other work: torch's intra-op threads would spin."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------- against sentence-transformers
+def retrieval_task() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """Queries (titles and single sentences), candidates (bodies and cross-topic mixes), gold per query."""
+    documents = tiny_documents()
+    corpus = {f"body-{d['id']}": d["text"] for d in documents}
+    topics = list(TOPICS)
+    for i, topic in enumerate(topics):
+        other = topics[(i + 1) % len(topics)]
+        corpus[f"mix-{topic}"] = f"{TOPICS[topic][i % 5]} {TOPICS[other][(i + 2) % 5]}"
+    queries, gold = {}, {}
+    for d in documents:
+        queries[f"title-{d['id']}"] = d["title"]
+        gold[f"title-{d['id']}"] = f"body-{d['id']}"
+    for topic, sentences in TOPICS.items():
+        for j, sentence in enumerate(sentences):
+            queries[f"sent-{topic}-{j}"] = sentence
+            gold[f"sent-{topic}-{j}"] = f"body-{topic}-{j % 2}"
+    return queries, corpus, gold
+
+
+def test_metrics_match_information_retrieval_evaluator(tiny_model_dir, one_torch_thread):
+    """recall@1/5/10, mrr@10 and ndcg@10 from gold_ranks + retrieval_metrics equal sentence-transformers'
+    evaluator (accuracy@k there is recall@k here: one relevant document per query)."""
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    model = load_model(tiny_model_dir, "cpu")
+    assert model.similarity_fn_name in (None, "cosine")
+    queries, corpus, gold = retrieval_task()
+    corpus_ids = list(corpus)
+    query_ids = list(queries)
+    encode = dict(normalize_embeddings=True, convert_to_numpy=True)
+    candidate_embeddings = model.encode([corpus[c] for c in corpus_ids], **encode)
+    query_embeddings = model.encode([queries[q] for q in query_ids], **encode)
+    gold_index = np.array([corpus_ids.index(gold[q]) for q in query_ids])
+
+    scores = query_embeddings @ candidate_embeddings.T
+    gold_scores = scores[np.arange(len(query_ids)), gold_index]
+    others = np.where(np.arange(len(corpus_ids))[None, :] == gold_index[:, None], np.inf, scores)
+    assert np.abs(others - gold_scores[:, None]).min() > 1e-6, (
+        "(near-)tied scores, so the two rankings may differ: does the tiny model's tokenizer map every word to "
+        "[UNK]? (see test_train.py::test_tiny_model_fixture_sees_words)")
+
+    ranks = gold_ranks(query_embeddings, candidate_embeddings, gold_index)
+    assert len(set(ranks.tolist())) >= 3 and ranks.max() >= 10, "task too easy to tell the metrics apart"
+    ours = retrieval_metrics(ranks)
+
+    evaluator = InformationRetrievalEvaluator(
+        queries=queries, corpus=corpus, relevant_docs={q: {gold[q]} for q in query_ids},
+        accuracy_at_k=[1, 5, 10], precision_recall_at_k=[1, 5, 10], mrr_at_k=[10], ndcg_at_k=[10], map_at_k=[10],
+        batch_size=64, write_csv=False)
+    theirs = evaluator(model)
+    expected = {"recall@1": theirs["cosine_accuracy@1"], "recall@5": theirs["cosine_accuracy@5"],
+                "recall@10": theirs["cosine_accuracy@10"], "mrr@10": theirs["cosine_mrr@10"],
+                "ndcg@10": theirs["cosine_ndcg@10"]}
+    for k in (1, 5, 10):
+        assert theirs[f"cosine_recall@{k}"] == pytest.approx(theirs[f"cosine_accuracy@{k}"])
+    assert set(ours) == set(METRICS)
+    for name in METRICS:
+        assert ours[name] == pytest.approx(expected[name], abs=1e-6), name
+
+
+def test_gold_ranks_matches_sorting_oracle():
+    """On random vectors (no ties) the rank is the gold candidate's position in a descending sort."""
+    rng = np.random.default_rng(0)
+    queries, candidates = rng.normal(size=(40, 6)), rng.normal(size=(25, 6))
+    gold = rng.integers(0, 25, size=40)
+    order = np.argsort(-(queries @ candidates.T), axis=1)
+    expected = [int(np.flatnonzero(order[i] == gold[i])[0]) for i in range(40)]
+    assert gold_ranks(queries, candidates, gold).tolist() == expected
+
+
+def test_gold_ranks_hand_worked_with_ties():
+    """Rank = number of candidates scoring strictly higher than the gold one (ties count in its favour)."""
+    candidates = np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 0.0]])
+    queries = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
+    assert gold_ranks(queries, candidates, np.array([1, 1, 0, 2])).tolist() == [2, 0, 0, 0]
+
+
+# ---------------------------------------------------------------- hand-worked scores
+def test_per_query_scores_hand_worked():
+    """Ranks 0, 2, 10, 9, 4 give the hand-computed recall, reciprocal rank and nDCG per query."""
+    scores = per_query_scores(np.array([0, 2, 10, 9, 4]))
+    assert scores["recall@1"].tolist() == [1, 0, 0, 0, 0]
+    assert scores["recall@5"].tolist() == [1, 1, 0, 0, 1]
+    assert scores["recall@10"].tolist() == [1, 1, 0, 1, 1]
+    assert scores["mrr@10"] == pytest.approx([1.0, 1 / 3, 0.0, 0.1, 0.2])
+    assert scores["ndcg@10"] == pytest.approx([1.0, 0.5, 0.0, 1 / math.log2(11), 1 / math.log2(6)])
+    metrics = retrieval_metrics(np.array([0, 2, 10, 9, 4]))
+    assert metrics["mrr@10"] == pytest.approx((1 + 1 / 3 + 0 + 0.1 + 0.2) / 5)
+    assert metrics["recall@5"] == pytest.approx(3 / 5)
+
+
+def test_rank_queries_uses_val_and_test_titles(tiny_model_dir, one_torch_thread):
+    """Only val/test documents with a title are queries; ranks are against all bodies, gold = own body."""
+    documents = pd.DataFrame(tiny_documents()).rename(columns={"id": "doc_id", "text": "body"})
+    documents["split"] = ["fewshot", "val", "test"] * 4
+    documents.loc[2, "title"] = None
+    model = load_model(tiny_model_dir, "cpu")
+    ranks = rank_queries(model, documents, batch_size=8)
+    expected_ids = [d for d, s, t in zip(documents["doc_id"], documents["split"], documents["title"])
+                    if s != "fewshot" and pd.notna(t)]
+    assert ranks["doc_id"].tolist() == expected_ids
+    assert list(ranks.columns) == ["doc_id", "split", "rank"]
+    bodies = model.encode(documents["body"].tolist(), normalize_embeddings=True)
+    rows = documents.index[documents["doc_id"].isin(expected_ids)]
+    titles = model.encode(documents.loc[rows, "title"].tolist(), normalize_embeddings=True)
+    manual = [(int((bodies @ q > bodies[row] @ q + 1e-6).sum()), int((bodies @ q > bodies[row] @ q - 1e-6).sum()))
+              for q, row in zip(titles, rows)]
+    assert all(low <= rank <= high for rank, (low, high) in zip(ranks["rank"], manual))
+
+
+# ---------------------------------------------------------------- early-stopping state
+def test_next_state():
+    """First score is best; a gain resets since_best; no gain (equal, lower or missing) counts up and keeps best."""
+    state = next_state(None, 0, 0.5)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 0}
+    state = next_state(state, 1, 0.4)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 1}
+    state = next_state(state, 2, 0.5)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 2}
+    state = next_state(state, 3, None)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 3}
+    state = next_state(state, 4, 0.51)
+    assert state == {"best_iteration": 4, "best_score": 0.51, "since_best": 0}
+    assert next_state({"best_iteration": 0, "best_score": None, "since_best": 0}, 1, 0.2) == \
+        {"best_iteration": 1, "best_score": 0.2, "since_best": 0}
+
+
+def loop_params(patience: int, iterations: int) -> dict:
+    return {"loop": {"patience": patience}, "iterations": {str(t): {"prev": t - 1} for t in range(1, iterations + 1)},
+            "evaluate": {"metric": "mrr@10"}}
+
+
+def simulate_loop(params: dict, scores: list[float]) -> list[bool]:
+    """Run the loop's bookkeeping as evaluate does: active iterations score, skipped ones carry the state."""
+    active, previous = [], None
+    for t, score in enumerate(scores):
+        if iteration_is_active(params, t):
+            state = {"stopped": False, **next_state(previous, t, score)}
+            active.append(True)
+        else:
+            state = {"stopped": True, **{k: previous[k] for k in ("best_iteration", "best_score", "since_best")}}
+            active.append(False)
+        write_json(IterationPaths(t).state, state)
+        previous = state
+    return active
+
+
+@pytest.mark.parametrize("patience, scores, expected_active, best", [
+    (1, [0.5, 0.4, 0.6, 0.7], [True, True, False, False], 0),
+    (1, [0.5, 0.6, 0.7, 0.65, 0.9], [True, True, True, True, False], 2),
+    (2, [0.5, 0.4, 0.45, 0.3, 0.9], [True, True, True, False, False], 0),
+    (2, [0.5, 0.4, 0.6, 0.55, 0.5, 0.9], [True, True, True, True, True, False], 2),
+    (2, [0.1, 0.2, 0.3, 0.4], [True, True, True, True], 3),
+])
+def test_stop_rule_ends_the_loop(tmp_path, monkeypatch, patience, scores, expected_active, best):
+    """iteration_is_active reads t-1's state: `patience` iterations without a gain stop every later one."""
+    monkeypatch.chdir(tmp_path)
+    params = loop_params(patience, len(scores) - 1)
+    assert simulate_loop(params, scores) == expected_active
+    assert read_json(IterationPaths(len(scores) - 1).state)["best_iteration"] == best
+
+
+def test_iteration_is_active_checks_chain(tmp_path, monkeypatch):
+    """Iteration 0 is always active; an iteration outside params `iterations` is a StageError."""
+    monkeypatch.chdir(tmp_path)
+    params = loop_params(1, 2)
+    assert iteration_is_active(params, 0)
+    write_json(IterationPaths(2).state, {"stopped": False, "since_best": 0})
+    with pytest.raises(StageError, match="not in params `iterations`"):
+        iteration_is_active(params, 3)
+
+
+def test_evaluate_iteration_after_stop_carries_state(tmp_path, monkeypatch):
+    """A stopped iteration reports stopped, keeps the previous best and since_best, and has no ranks."""
+    monkeypatch.chdir(tmp_path)
+    write_json(IterationPaths(1).state, {"stopped": False, "best_iteration": 0, "best_score": 0.5, "since_best": 1})
+    result, ranks = evaluate_iteration(loop_params(1, 2), 2)
+    assert result == {"iteration": 2, "stopped": True, "val_metric": "mrr@10", "best_iteration": 0,
+                      "best_score": 0.5, "since_best": 1}
+    assert ranks.empty and list(ranks.columns) == ["doc_id", "split", "rank"]

@@ -1,0 +1,148 @@
+"""Tiny end-to-end `dvc repro` (tiny model built in the test, twelve documents): the chain runs,
+metrics land, caching reruns only what changed, outputs are byte-identical, bad params fail clearly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline_helpers import locked_outputs, make_project, read_params, repro, run, update_params
+
+ITERATION_STAGES = ["embed@{t}", "cluster@{t}", "train@{t}", "evaluate@{t}"]
+
+
+def tiny_overrides(model_dir: Path, corpus: Path) -> dict:
+    return {
+        "seed_model": str(model_dir),
+        "device": "cpu",
+        "corpus": {"source": "jsonl", "path": str(corpus)},
+        "split": {"fewshot": 0.0, "val": 0.5, "test": 0.5},  # two documents per category: one val, one test
+        "embed": {"batch_size": 16, "max_seq_length": 64},
+        "idc": {"k": 1, "max_pairs_per_document": "all", "max_pairs": "all"},
+        "train": {"batch_size": 4, "learning_rate": 1.0e-3, "epochs": 1},
+        "evaluate": {"batch_size": 16, "max_seq_length": 64, "bootstrap_samples": 200},
+        "loop": {"patience": 5},
+        "iterations": {"1": {"prev": 0}},
+    }
+
+
+@pytest.fixture(scope="module")
+def built_project(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[str]]:
+    """One full tiny run; tests copy it and change one thing."""
+    from conftest import tiny_documents
+
+    root = tmp_path_factory.mktemp("pipeline")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()))
+    project = make_project(root / "project", tiny_overrides(tiny_model_dir, corpus))
+    ran, _ = repro(project)
+    return project, ran
+
+
+@pytest.fixture()
+def project(built_project, tmp_path) -> Path:
+    copy = tmp_path / "project"
+    shutil.copytree(built_project[0], copy, symlinks=True)
+    return copy
+
+
+def test_chain_runs_and_writes_metrics(built_project):
+    project, ran = built_project
+    assert ran == ["prepare", "seed", "evaluate_seed", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
+    state = json.loads((project / "metrics/iterations/iter-1/retrieval.json").read_text())
+    assert state["val_queries"] > 0 and state["test_queries"] > 0
+    assert 0.0 <= state["test"]["recall@1"] <= 1.0
+    pairs = json.loads((project / "metrics/iterations/iter-1/pairs.json").read_text())
+    assert pairs["pairs"] > 0 and pairs["mean_cluster_size"] >= 2
+    assert json.loads((project / "metrics/best.json").read_text())["iteration"] in (0, 1)
+    report = (project / "reports/report.md").read_text()
+    assert "| 0 | seed |" in report and "| 1 | trained |" in report
+    assert (project / "reports/convergence.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_best_model_loads_without_project_code(built_project):
+    """models/best is a plain sentence-transformers folder."""
+    project, _ = built_project
+    code = ("from sentence_transformers import SentenceTransformer; "
+            "print(SentenceTransformer('models/best', device='cpu').encode(['a goal']).shape)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                            env={"HF_HUB_OFFLINE": "1", "PATH": ""}, check=True)
+    assert result.stdout.strip() == "(1, 32)"
+
+
+def test_dvc_metrics_and_plots_commands_work(built_project):
+    project, _ = built_project
+    metrics = json.loads(run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], project).stdout)
+    flat = json.dumps(metrics)
+    assert "metrics/best.json" in flat and "recall@1" in flat
+    plots = json.loads(run([sys.executable, "-m", "dvc", "plots", "show", "--json"], project).stdout)
+    assert {"reports/convergence.csv", "reports/convergence.png"} <= set(plots["data"])
+
+
+def test_noop_repro_runs_nothing(project):
+    ran, _ = repro(project)
+    assert ran == []
+
+
+def test_changing_k_reruns_clustering_onward_but_not_first_embed(project):
+    update_params(project, {"idc": {"k": 2}})
+    ran, _ = repro(project)
+    assert ran == ["cluster@1", "train@1", "evaluate@1", "select", "report"]
+
+
+def test_adding_an_iteration_runs_only_its_stages(project):
+    params = read_params(project)
+    params["iterations"]["2"] = {"prev": 1}
+    update_params(project, {"iterations": params["iterations"]})
+    ran, _ = repro(project)
+    assert ran == [*[s.format(t=2) for s in ITERATION_STAGES], "select", "report"]
+
+
+def test_rerun_gives_byte_identical_outputs(project):
+    before = locked_outputs(project)
+    repro(project, "--force", "--single-item", "prepare", "seed", "embed@1", "cluster@1", "train@1", "evaluate@1")
+    after = locked_outputs(project)
+    for path in ["data/corpus/documents.parquet", "data/corpus/sentences.parquet", "models/iterations/iter-0",
+                 "data/iterations/iter-1/embeddings.npy", "data/iterations/iter-1/pairs.parquet",
+                 "models/iterations/iter-1", "data/ranks/iter-1.parquet", "metrics/iterations/iter-1/retrieval.json"]:
+        assert after[path] == before[path], path
+
+
+def test_no_gain_stops_early_and_later_iterations_do_no_work(project):
+    """With learning rate 0 the model cannot improve on val: iteration 2 must be skipped."""
+    update_params(project, {"train": {"learning_rate": 0.0}, "loop": {"patience": 1},
+                            "iterations": {"1": {"prev": 0}, "2": {"prev": 1}}})
+    repro(project)
+    train2 = json.loads((project / "metrics/iterations/iter-2/train.json").read_text())
+    assert train2["skipped"] is True
+    assert [p.name for p in (project / "models/iterations/iter-2").iterdir()] == ["SKIPPED"]
+    assert json.loads((project / "metrics/iterations/iter-2/retrieval.json").read_text())["stopped"] is True
+    assert json.loads((project / "metrics/best.json").read_text())["iteration"] == 0
+
+
+@pytest.mark.parametrize("overrides, message, stage_output", [
+    ({"idc": {"k": 0}}, "`idc.k` must be an integer >= 1", "data/iterations/iter-1/pairs.parquet"),
+    ({"seed_model": "./no/such/model"}, "no such folder", "models/iterations/iter-0"),
+    ({"iterations": {"1": {"prev": 0}, "2": {"prev": 0}}}, "`iterations.2.prev` must be 1",
+     "data/iterations/iter-2/embeddings.npy"),
+])
+def test_bad_params_fail_with_one_clear_error(project, overrides, message, stage_output):
+    """DVC removes a stage's outputs before running it; a failing stage must not leave new ones."""
+    update_params(project, overrides)
+    _, result = repro(project, check=False)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert not (project / stage_output).exists()
+
+
+def test_zero_iterations_is_refused(project):
+    update_params(project, {"iterations": {}})
+    _, result = repro(project, check=False)
+    assert result.returncode != 0
+    assert "error: params `iterations` is empty" in result.stderr
