@@ -51,7 +51,6 @@ def networkx_pairs(embeddings: np.ndarray, doc_codes: np.ndarray, k: int) -> set
 
 
 def embedding_rate(sample: int) -> float:
-    import pandas as pd
 
     from stages.common import load_model, resolve_model_source
     from stages.prepare import build_sentence_table, read_bbc_news

@@ -71,6 +71,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture()
+def one_torch_thread():
+    """Tiny models on a small shared CPU: torch's intra-op threads would spin and a step take seconds."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture()
 def tiny_corpus_jsonl(tmp_path) -> Path:
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()), encoding="utf-8")

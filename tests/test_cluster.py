@@ -10,8 +10,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stages.cluster import (PAIR_COLUMNS, build_pair_table, cap_pairs, document_offsets, mine_positive_pairs,
-                            token_jaccard, top_k_edges)
+from stages.cluster import (
+    PAIR_COLUMNS,
+    build_pair_table,
+    cap_pairs,
+    document_offsets,
+    mine_positive_pairs,
+    token_jaccard,
+    top_k_edges,
+)
 from stages.common import StageError
 
 

@@ -6,8 +6,15 @@ import json
 
 import pytest
 
-from stages.common import (StageError, atomic_output, iteration_numbers, load_model, positive_int,
-                           resolve_model_source, write_json)
+from stages.common import (
+    StageError,
+    atomic_output,
+    iteration_numbers,
+    load_model,
+    positive_int,
+    resolve_model_source,
+    write_json,
+)
 
 
 def test_atomic_output_leaves_nothing_when_the_block_dies(tmp_path):

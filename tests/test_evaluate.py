@@ -8,21 +8,18 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-
 from conftest import TOPICS, tiny_documents
+
 from stages.common import IterationPaths, StageError, iteration_is_active, load_model, read_json, write_json
-from stages.evaluate import (METRICS, evaluate_iteration, gold_ranks, next_state, per_query_scores, rank_queries,
-                             retrieval_metrics)
-
-
-@pytest.fixture()
-def one_torch_thread():
-    """Two cores shared with other work: torch's intra-op threads would spin."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from stages.evaluate import (
+    METRICS,
+    evaluate_iteration,
+    gold_ranks,
+    next_state,
+    per_query_scores,
+    rank_queries,
+    retrieval_metrics,
+)
 
 
 # ---------------------------------------------------------------- against sentence-transformers

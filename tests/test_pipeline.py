@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from pipeline_helpers import locked_outputs, make_project, read_params, repro, run, update_params
 
 ITERATION_STAGES = ["embed@{t}", "cluster@{t}", "train@{t}", "evaluate@{t}"]

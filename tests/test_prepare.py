@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import tiny_documents
+
 from stages.common import StageError
 from stages.prepare import SPLITS, assign_splits, build_sentence_table, prepare_corpus, read_bbc_news, split_sentences
 

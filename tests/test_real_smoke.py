@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from sentence_transformers import SentenceTransformer
-
 from pipeline_helpers import make_project, repro
+from sentence_transformers import SentenceTransformer
 
 
 def test_real_model_and_corpus_run_one_iteration(tmp_path):

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import tiny_documents
+
 from stages.common import load_model
 from stages.prepare import split_sentences
 from stages.train import document_disjoint_batches, train_on_pairs
@@ -123,12 +123,8 @@ TRAIN = {"batch_size": 8, "learning_rate": 3.0e-3, "warmup_ratio": 0.1, "tempera
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two cores shared with other work: torch's intra-op threads then spin and a step takes seconds."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _single_thread(one_torch_thread):
+    """Every test here trains or encodes."""
 
 
 def test_tiny_model_fixture_sees_words(tiny_model_dir):
