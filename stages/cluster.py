@@ -18,8 +18,17 @@ import torch
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from stages.common import (SENTENCES, IterationPaths, StageError, iteration_is_active, load_params, positive_int,
-                           run_stage, write_json, write_parquet)
+from stages.common import (
+    SENTENCES,
+    IterationPaths,
+    StageError,
+    iteration_is_active,
+    load_params,
+    positive_int,
+    run_stage,
+    write_json,
+    write_parquet,
+)
 
 PAIR_COLUMNS = ["doc_id", "sentence_a", "sentence_b", "cluster", "text_a", "text_b"]
 MAX_BLOCK_ELEMENTS = 1 << 24  # similarity entries per batched block: bounds memory, not results
@@ -153,9 +162,7 @@ def build_pair_table(sentences: pd.DataFrame, labels: np.ndarray, first: np.ndar
 
 
 def cluster_iteration(params: dict, sentences: pd.DataFrame, embeddings: np.ndarray) -> tuple[pd.DataFrame, dict]:
-    k = params["idc"]["k"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise StageError(f"params `idc.k` must be an integer >= 1, got {k!r}")
+    k = positive_int(params, "idc.k")
     if len(embeddings) != len(sentences):
         raise StageError(f"{len(embeddings)} embeddings for {len(sentences)} sentences: re-run the embed stage")
     doc_codes = pd.factorize(sentences["doc_id"], sort=False)[0]
@@ -166,7 +173,7 @@ def cluster_iteration(params: dict, sentences: pd.DataFrame, embeddings: np.ndar
                      positive_int(params, "idc.max_pairs", allow_all=True), int(params["seed"]))
     pairs = build_pair_table(sentences, labels, first[kept], second[kept])
     stats = pair_statistics(labels, first, doc_codes, pairs)
-    stats["idc_seconds"] = seconds
+    stats["idc_seconds"] = seconds  # the clustering itself, without reading or writing tables
     return pairs, stats
 
 

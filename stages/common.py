@@ -96,8 +96,14 @@ class IterationPaths:
 
     @property
     def state(self) -> Path:
-        """Retrieval metrics plus the early-stopping state the next iteration reads."""
+        """Retrieval metrics plus the early-stopping bookkeeping (best iteration, since_best)."""
         return self.metrics / "retrieval.json"
+
+    @property
+    def decision(self) -> Path:
+        """Whether iteration t+1 does any work: all that embed/cluster/train@t+1 need to know,
+        kept apart from the metrics so a change in scores alone does not rerun them."""
+        return Path(f"data/state/after-iter-{self.t}.json")
 
 
 def _remove(path: Path) -> None:
@@ -188,10 +194,10 @@ def load_model(source: str | Path, device: str | None = None, max_seq_length: in
     try:
         model = SentenceTransformer(str(source), device=resolve_device(device))
     except Exception as error:  # the library raises many kinds; the user needs one line
-        raise StageError(
-            f"cannot load model {str(source)!r} (not a local model folder, and no hub reachable to fetch it): "
-            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        ) from error
+        where = "a local folder that does not load" if Path(source).exists() else \
+            "not a local model folder, and no hub reachable to fetch it"
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        raise StageError(f"cannot load model {str(source)!r} ({where}): {type(error).__name__}: {first_line}") from error
     if max_seq_length:
         model.max_seq_length = int(max_seq_length)
     return model
@@ -204,14 +210,13 @@ def save_model(model, dest: Path | str) -> None:
 
 
 def iteration_is_active(params: dict, t: int) -> bool:
-    """Iteration t does work unless early stopping already fired after t-1 (`loop.patience`
-    iterations without a validation gain). Also checks t belongs to the params' iteration chain."""
+    """Iteration t does work unless early stopping fired after t-1 (evaluate@t-1 decides).
+    Also checks that t belongs to the params' iteration chain."""
     if t == 0:
         return True
     if t not in iteration_numbers(params):
         raise StageError(f"iteration {t} is not in params `iterations`")
-    state = read_json(IterationPaths(t - 1).state)
-    return not state["stopped"] and state["since_best"] < positive_int(params, "loop.patience")
+    return bool(read_json(IterationPaths(t - 1).decision)["continue"])
 
 
 def positive_int(params: dict, dotted: str, allow_all: bool = False) -> int | None:

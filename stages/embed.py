@@ -8,8 +8,17 @@ import time
 import numpy as np
 import pandas as pd
 
-from stages.common import (SENTENCES, IterationPaths, iteration_is_active, load_model, load_params, positive_int,
-                           run_stage, save_numpy, write_json)
+from stages.common import (
+    SENTENCES,
+    IterationPaths,
+    iteration_is_active,
+    load_model,
+    load_params,
+    positive_int,
+    run_stage,
+    save_numpy,
+    write_json,
+)
 
 
 def embed_sentences(model, texts: list[str], batch_size: int) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Queries are the split's titles; candidates are ALL bodies of the corpus, encoded once per model.
 Per-query ranks are kept (data/ranks) for paired bootstrap intervals in the report. The state
-(best iteration by the validation metric, iterations since it improved) is carried from t-1 to t.
+(best iteration by the validation metric, iterations since it improved) is carried from t-1 to t,
+and the decision whether iteration t+1 does any work is written on its own (data/state).
 """
 
 from __future__ import annotations
@@ -13,8 +14,19 @@ import time
 import numpy as np
 import pandas as pd
 
-from stages.common import (DOCUMENTS, IterationPaths, StageError, iteration_is_active, load_model, load_params,
-                           positive_int, read_json, run_stage, write_json, write_parquet)
+from stages.common import (
+    DOCUMENTS,
+    IterationPaths,
+    StageError,
+    iteration_is_active,
+    load_model,
+    load_params,
+    positive_int,
+    read_json,
+    run_stage,
+    write_json,
+    write_parquet,
+)
 
 CUTOFFS = (1, 5, 10)
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
@@ -50,14 +62,21 @@ def rank_queries(model, documents: pd.DataFrame, batch_size: int) -> pd.DataFram
     return pd.DataFrame({"doc_id": queries["doc_id"].to_numpy(), "split": queries["split"].to_numpy(), "rank": ranks})
 
 
-def next_state(previous: dict | None, t: int, score: float | None) -> dict:
-    """Best iteration so far and iterations since the validation metric last improved."""
-    if previous is None or previous.get("best_score") is None:
-        return {"best_iteration": t, "best_score": score, "since_best": 0}
-    if score is not None and score > previous["best_score"]:
-        return {"best_iteration": t, "best_score": score, "since_best": 0}
+def next_state(previous: dict | None, t: int, score: float | None, patience: int) -> dict:
+    """Best iteration so far, iterations since the validation metric last improved, and whether
+    the next iteration runs (fewer than `patience` iterations without a gain)."""
+    if previous is None or previous.get("best_score") is None or (score is not None and score > previous["best_score"]):
+        best = {"best_iteration": t, "best_score": score, "since_best": 0}
+    else:
+        best = {"best_iteration": previous["best_iteration"], "best_score": previous["best_score"],
+                "since_best": previous["since_best"] + 1}
+    return {**best, "continue": best["since_best"] < patience}
+
+
+def stopped_state(previous: dict) -> dict:
+    """An iteration after the stop: keeps the best so far, and stops every later one."""
     return {"best_iteration": previous["best_iteration"], "best_score": previous["best_score"],
-            "since_best": previous["since_best"] + 1}
+            "since_best": previous["since_best"], "continue": False}
 
 
 def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
@@ -66,9 +85,9 @@ def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
     metric = params["evaluate"]["metric"]
     if metric not in METRICS:
         raise StageError(f"params `evaluate.metric` must be one of {list(METRICS)}, got {metric!r}")
+    patience = positive_int(params, "loop.patience")
     if not iteration_is_active(params, t):
-        state = {key: previous[key] for key in ("best_iteration", "best_score", "since_best")}
-        return {"iteration": t, "stopped": True, "val_metric": metric, **state}, pd.DataFrame(
+        return {"iteration": t, "stopped": True, "val_metric": metric, **stopped_state(previous)}, pd.DataFrame(
             {"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})
     documents = pd.read_parquet(DOCUMENTS)
     model = load_model(paths.model, params.get("device"), params["evaluate"].get("max_seq_length"))
@@ -79,7 +98,7 @@ def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
         result[split] = retrieval_metrics(split_ranks) if len(split_ranks) else {}
         result[f"{split}_queries"] = int(len(split_ranks))
     score = result["val"].get(metric)  # None when the corpus has no titles: the last iteration is kept
-    return {**result, **next_state(previous, t, score)}, ranks
+    return {**result, **next_state(previous, t, score, patience)}, ranks
 
 
 def main() -> None:
@@ -92,6 +111,7 @@ def main() -> None:
     result, ranks = evaluate_iteration(params, t)
     write_parquet(ranks, paths.ranks)
     write_json(paths.state, result)
+    write_json(paths.decision, {"continue": result["continue"]})
     write_json(paths.metrics / "evaluate.json", {"iteration": t, "seconds": time.perf_counter() - started})
     if result["stopped"]:
         print(f"iteration {t}: skipped (early stopping); best is iteration {result['best_iteration']}")

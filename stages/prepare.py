@@ -15,7 +15,16 @@ import blingfire
 import numpy as np
 import pandas as pd
 
-from stages.common import DOCUMENTS, SENTENCES, StageError, load_params, positive_int, run_stage, write_json, write_parquet
+from stages.common import (
+    DOCUMENTS,
+    SENTENCES,
+    StageError,
+    load_params,
+    positive_int,
+    run_stage,
+    write_json,
+    write_parquet,
+)
 
 SPLITS = ("fewshot", "val", "test")
 

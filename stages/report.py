@@ -13,8 +13,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from stages.common import (IterationPaths, atomic_output, iteration_numbers, load_params, positive_int, read_json,  # noqa: E402
-                           run_stage)
+from stages.common import (  # noqa: E402
+    IterationPaths,
+    atomic_output,
+    iteration_numbers,
+    load_params,
+    positive_int,
+    read_json,
+    run_stage,
+)
 from stages.evaluate import METRICS, per_query_scores  # noqa: E402
 
 REPORT = "reports/report.md"
@@ -71,7 +78,7 @@ def render_markdown(rows: list[dict], deltas: dict[int, dict], best: int, corpus
         cells = [str(row["iteration"]), status]
         cells += [_fmt(state.get(split, {}).get(m)) for split in ("val", "test") for m in METRICS]
         cells += [str(pairs.get("pairs", "–")), _fmt(pairs.get("mean_cluster_size"), 2),
-                  _fmt(pairs.get("mean_token_jaccard")), _fmt(seconds.get("embed"), 0), _fmt(seconds.get("pairs"), 1),
+                  _fmt(pairs.get("mean_token_jaccard")), _fmt(seconds.get("embed"), 0), _fmt(pairs.get("idc_seconds"), 2),
                   _fmt(seconds.get("train"), 0), _fmt(seconds.get("evaluate"), 0)]
         lines.append("| " + " | ".join(cells) + " |")
     if deltas:
@@ -107,7 +114,7 @@ def main() -> None:
     rows = collect_rows(iteration_numbers(params))
     active = [row for row in rows if not row["state"]["stopped"]]
     metric = rows[0]["state"]["val_metric"]
-    samples = positive_int(params, "evaluate.bootstrap_samples")
+    samples = positive_int(params, "report.bootstrap_samples")
     deltas = {}
     seed_ranks = pd.read_parquet(IterationPaths(0).ranks)
     seed_ranks = seed_ranks[seed_ranks["split"] == "test"]

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import shutil
 
-from stages.common import (BEST_MODEL, IterationPaths, atomic_output, iteration_numbers, load_params, read_json,
-                           run_stage, write_json)
-
-
-def best_iteration(states: list[dict]) -> int:
-    return states[-1]["best_iteration"]
+from stages.common import (
+    BEST_MODEL,
+    IterationPaths,
+    atomic_output,
+    iteration_numbers,
+    load_params,
+    read_json,
+    run_stage,
+    write_json,
+)
 
 
 def main() -> None:
     params = load_params()
     states = [read_json(IterationPaths(t).state) for t in [0, *iteration_numbers(params)]]
-    best = best_iteration(states)
+    best = states[-1]["best_iteration"]
     with atomic_output(BEST_MODEL) as tmp:
         shutil.copytree(IterationPaths(best).model, tmp)
     chosen, seed = states[best], states[0]

@@ -18,8 +18,20 @@ import numpy as np
 import pandas as pd
 from sentence_transformers.base.sampler import DefaultBatchSampler
 
-from stages.common import (IterationPaths, StageError, atomic_output, iteration_is_active, load_model, load_params,
-                           positive_int, resolve_device, run_stage, save_model, seed_everything, write_json)
+from stages.common import (
+    IterationPaths,
+    StageError,
+    atomic_output,
+    iteration_is_active,
+    load_model,
+    load_params,
+    positive_int,
+    resolve_device,
+    run_stage,
+    save_model,
+    seed_everything,
+    write_json,
+)
 
 
 def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int) -> list[list[int]]:
@@ -44,15 +56,14 @@ def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int)
     return batches
 
 
-class DocumentDisjointBatchSampler(DefaultBatchSampler):
-    """The trainer's batch sampler: precomputed document-disjoint batches for all epochs."""
+class PrecomputedBatchSampler(DefaultBatchSampler):
+    """The trainer's batch sampler: yields the given (document-disjoint) batches, in order."""
 
     def __init__(self, dataset, batch_size, drop_last, valid_label_columns=None, generator=None, seed=0, *,
-                 doc_codes: np.ndarray, epochs: int = 1):
+                 batches: list[list[int]]):
         super().__init__(dataset, batch_size=batch_size, drop_last=drop_last,
                          valid_label_columns=valid_label_columns, generator=generator, seed=seed)
-        self.batches = [batch for epoch in range(epochs)
-                        for batch in document_disjoint_batches(doc_codes, batch_size, seed + epoch)]
+        self.batches = batches
 
     def __iter__(self):
         return iter(self.batches)
@@ -73,14 +84,21 @@ def train_on_pairs(model, pairs: pd.DataFrame, train: dict, seed: int, device: s
     temperature = float(train["temperature"])
     if temperature <= 0:
         raise StageError(f"params `train.temperature` must be > 0, got {temperature}")
+    batch_size = positive_int({"train": train}, "train.batch_size")
+    if batch_size < 2:
+        raise StageError("params `train.batch_size` must be >= 2: in-batch negatives need another pair")
+    epochs = positive_int({"train": train}, "train.epochs")
     seed_everything(seed)
     doc_codes = pd.factorize(pairs["doc_id"])[0]
-    sampler = functools.partial(DocumentDisjointBatchSampler, doc_codes=doc_codes, epochs=int(train["epochs"]))
+    batches = [batch for epoch in range(epochs) for batch in document_disjoint_batches(doc_codes, batch_size, seed + epoch)]
+    if not batches:
+        raise StageError("no training batch can be formed: the pairs come from fewer than two documents")
+    sampler = functools.partial(PrecomputedBatchSampler, batches=batches)
     dataset = Dataset.from_dict({"anchor": pairs["text_a"].tolist(), "positive": pairs["text_b"].tolist()})
     loss = MultipleNegativesRankingLoss(model, scale=1.0 / temperature,
                                         directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(output_dir), num_train_epochs=1, per_device_train_batch_size=int(train["batch_size"]),
+        output_dir=str(output_dir), num_train_epochs=1, per_device_train_batch_size=batch_size,
         learning_rate=float(train["learning_rate"]), warmup_steps=warmup, seed=seed,
         data_seed=seed, batch_sampler=sampler, save_strategy="no", report_to="none", logging_steps=10,
         use_cpu=device == "cpu", dataloader_num_workers=0, disable_tqdm=False,
@@ -88,10 +106,9 @@ def train_on_pairs(model, pairs: pd.DataFrame, train: dict, seed: int, device: s
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
     result = trainer.train()
     curve = [{"step": row["step"], "loss": row["loss"]} for row in trainer.state.log_history if "loss" in row]
-    used = sum(len(batch) for epoch in range(int(train["epochs"]))
-               for batch in document_disjoint_batches(doc_codes, int(train["batch_size"]), seed + epoch))
+    used = sum(len(batch) for batch in batches)
     return {"steps": int(result.global_step), "train_loss": float(result.training_loss), "loss_curve": curve,
-            "pairs_used": int(used), "pairs_dropped": int(len(pairs) * int(train["epochs"]) - used)}
+            "pairs_used": used, "pairs_dropped": len(pairs) * epochs - used}
 
 
 def main() -> None:

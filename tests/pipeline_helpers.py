@@ -18,7 +18,9 @@ def make_project(dest: Path, overrides: dict) -> Path:
     """A git + DVC project holding this repo's stages, dvc.yaml and params.yaml (deep-merged with overrides)."""
     dest.mkdir(parents=True)
     shutil.copytree(REPO / "stages", dest / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "dvc.yaml", dest / "dvc.yaml")
+    shutil.copytree(REPO / "corpus", dest / "corpus")
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(REPO / name, dest / name)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     write_params(dest, deep_merge(params, overrides))
     run(["git", "init", "-q"], dest)

@@ -19,6 +19,7 @@ from stages.evaluate import (
     per_query_scores,
     rank_queries,
     retrieval_metrics,
+    stopped_state,
 )
 
 
@@ -135,19 +136,21 @@ def test_rank_queries_uses_val_and_test_titles(tiny_model_dir, one_torch_thread)
 
 # ---------------------------------------------------------------- early-stopping state
 def test_next_state():
-    """First score is best; a gain resets since_best; no gain (equal, lower or missing) counts up and keeps best."""
-    state = next_state(None, 0, 0.5)
-    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 0}
-    state = next_state(state, 1, 0.4)
-    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 1}
-    state = next_state(state, 2, 0.5)
-    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 2}
-    state = next_state(state, 3, None)
-    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 3}
-    state = next_state(state, 4, 0.51)
-    assert state == {"best_iteration": 4, "best_score": 0.51, "since_best": 0}
-    assert next_state({"best_iteration": 0, "best_score": None, "since_best": 0}, 1, 0.2) == \
-        {"best_iteration": 1, "best_score": 0.2, "since_best": 0}
+    """First score is best; a gain resets since_best; no gain (equal, lower or missing) counts up and keeps best;
+    the next iteration runs while since_best < patience."""
+    state = next_state(None, 0, 0.5, patience=2)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 0, "continue": True}
+    state = next_state(state, 1, 0.4, patience=2)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 1, "continue": True}
+    state = next_state(state, 2, 0.5, patience=2)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 2, "continue": False}
+    state = next_state(state, 3, None, patience=2)
+    assert state == {"best_iteration": 0, "best_score": 0.5, "since_best": 3, "continue": False}
+    state = next_state(state, 4, 0.51, patience=2)
+    assert state == {"best_iteration": 4, "best_score": 0.51, "since_best": 0, "continue": True}
+    assert next_state({"best_iteration": 0, "best_score": None, "since_best": 0}, 1, 0.2, patience=1) == \
+        {"best_iteration": 1, "best_score": 0.2, "since_best": 0, "continue": True}
+    assert stopped_state(state) == {"best_iteration": 4, "best_score": 0.51, "since_best": 0, "continue": False}
 
 
 def loop_params(patience: int, iterations: int) -> dict:
@@ -156,16 +159,14 @@ def loop_params(patience: int, iterations: int) -> dict:
 
 
 def simulate_loop(params: dict, scores: list[float]) -> list[bool]:
-    """Run the loop's bookkeeping as evaluate does: active iterations score, skipped ones carry the state."""
+    """Run the loop's bookkeeping as evaluate@t does, through the files the next iteration reads."""
     active, previous = [], None
     for t, score in enumerate(scores):
-        if iteration_is_active(params, t):
-            state = {"stopped": False, **next_state(previous, t, score)}
-            active.append(True)
-        else:
-            state = {"stopped": True, **{k: previous[k] for k in ("best_iteration", "best_score", "since_best")}}
-            active.append(False)
+        is_active = iteration_is_active(params, t)
+        state = next_state(previous, t, score, params["loop"]["patience"]) if is_active else stopped_state(previous)
+        active.append(is_active)
         write_json(IterationPaths(t).state, state)
+        write_json(IterationPaths(t).decision, {"continue": state["continue"]})
         previous = state
     return active
 
@@ -190,7 +191,7 @@ def test_iteration_is_active_checks_chain(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     params = loop_params(1, 2)
     assert iteration_is_active(params, 0)
-    write_json(IterationPaths(2).state, {"stopped": False, "since_best": 0})
+    write_json(IterationPaths(2).decision, {"continue": True})
     with pytest.raises(StageError, match="not in params `iterations`"):
         iteration_is_active(params, 3)
 
@@ -198,8 +199,10 @@ def test_iteration_is_active_checks_chain(tmp_path, monkeypatch):
 def test_evaluate_iteration_after_stop_carries_state(tmp_path, monkeypatch):
     """A stopped iteration reports stopped, keeps the previous best and since_best, and has no ranks."""
     monkeypatch.chdir(tmp_path)
-    write_json(IterationPaths(1).state, {"stopped": False, "best_iteration": 0, "best_score": 0.5, "since_best": 1})
+    write_json(IterationPaths(1).state, {"stopped": False, "best_iteration": 0, "best_score": 0.5, "since_best": 1,
+                                         "continue": False})
+    write_json(IterationPaths(1).decision, {"continue": False})
     result, ranks = evaluate_iteration(loop_params(1, 2), 2)
     assert result == {"iteration": 2, "stopped": True, "val_metric": "mrr@10", "best_iteration": 0,
-                      "best_score": 0.5, "since_best": 1}
+                      "best_score": 0.5, "since_best": 1, "continue": False}
     assert ranks.empty and list(ranks.columns) == ["doc_id", "split", "rank"]

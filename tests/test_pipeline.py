@@ -24,7 +24,8 @@ def tiny_overrides(model_dir: Path, corpus: Path) -> dict:
         "embed": {"batch_size": 16, "max_seq_length": 64},
         "idc": {"k": 1, "max_pairs_per_document": "all", "max_pairs": "all"},
         "train": {"batch_size": 4, "learning_rate": 1.0e-3, "epochs": 1},
-        "evaluate": {"batch_size": 16, "max_seq_length": 64, "bootstrap_samples": 200},
+        "evaluate": {"batch_size": 16, "max_seq_length": 64},
+        "report": {"bootstrap_samples": 200},
         "loop": {"patience": 5},
         "iterations": {"1": {"prev": 0}},
     }
@@ -145,3 +146,17 @@ def test_zero_iterations_is_refused(project):
     _, result = repro(project, check=False)
     assert result.returncode != 0
     assert "error: params `iterations` is empty" in result.stderr
+
+
+def test_editing_the_corpus_file_reruns_prepare(project):
+    """The corpus file itself is a dependency, not only its path in params."""
+    corpus = read_params(project)["corpus"]["path"]
+    local = project / "corpus" / "docs.jsonl"
+    shutil.copy(corpus, local)
+    update_params(project, {"corpus": {"path": "corpus/docs.jsonl"}})
+    ran, _ = repro(project, "prepare")
+    assert ran == ["prepare"]
+    assert "prepare" not in run([sys.executable, "-m", "dvc", "status", "prepare"], project).stdout
+    with open(local, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": "extra", "title": "Extra", "text": "One more. Two more.", "category": "music"}) + "\n")
+    assert "modified:           corpus/docs.jsonl" in run([sys.executable, "-m", "dvc", "status", "prepare"], project).stdout

@@ -15,7 +15,8 @@ def test_real_model_and_corpus_run_one_iteration(tmp_path):
         "corpus": {"source": "bbc", "max_documents": 30},
         "idc": {"max_pairs": 48},
         "train": {"batch_size": 16},
-        "evaluate": {"max_seq_length": 128, "bootstrap_samples": 200},
+        "evaluate": {"max_seq_length": 128},
+        "report": {"bootstrap_samples": 200},
         "iterations": {"1": {"prev": 0}},
     })
     ran, _ = repro(project)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import tiny_documents
 
-from stages.common import load_model
+from stages.common import StageError, load_model
 from stages.prepare import split_sentences
 from stages.train import document_disjoint_batches, train_on_pairs
 
@@ -171,3 +171,23 @@ def test_training_is_deterministic(tiny_model_dir, tmp_path):
     assert all(torch.equal(first[k], second[k]) for k in first)
     assert loss_a == loss_b
     assert any(not torch.equal(first[k], initial[k]) for k in first), "training changed no weight"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"batch_size": 1}, "batch_size` must be >= 2"),
+    ({"epochs": 0}, "train.epochs"),
+    ({"warmup_ratio": 1.0}, "warmup_ratio"),
+    ({"temperature": 0.0}, "temperature"),
+])
+def test_bad_training_params_are_refused(tiny_model_dir, tmp_path, change, message):
+    model = load_model(tiny_model_dir, "cpu")
+    with pytest.raises(StageError, match=message):
+        train_on_pairs(model, tiny_pairs()[0], {**TRAIN, **change}, SEED, "cpu", tmp_path / "out")
+
+
+def test_pairs_of_one_document_cannot_train(tiny_model_dir, tmp_path):
+    """No batch can hold two of its pairs: training would silently do nothing, so it is an error."""
+    pairs = tiny_pairs()[0]
+    model = load_model(tiny_model_dir, "cpu")
+    with pytest.raises(StageError, match="fewer than two documents"):
+        train_on_pairs(model, pairs[pairs["doc_id"] == pairs["doc_id"].iloc[0]], TRAIN, SEED, "cpu", tmp_path / "out")
