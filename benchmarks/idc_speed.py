@@ -1,6 +1,6 @@
 """IDC speed: vectorised clustering vs a per-document networkx version, and vs embedding time.
 
-    python benchmarks/idc_speed.py [--sentences 1000000] [--embed-sample 2000]
+    python -m benchmarks.idc_speed [--sentences 1000000] [--embed-sample 2000]
 
 Synthetic corpus: random unit vectors (384-d, like all-MiniLM-L6-v2) grouped into documents whose
 sizes follow a log-normal fitted to BBC News bodies (median ~18 sentences). Timings exclude text

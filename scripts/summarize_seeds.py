@@ -19,7 +19,8 @@ OUTPUT = Path("reports/seeds.md")
 
 
 def experiment_runs(show: list[dict]) -> list[dict]:
-    """(name, params, metrics) of the baseline commit and every experiment that finished."""
+    """(name, params, metrics) of each commit's run and every experiment that finished
+    (runs from before the pipeline had a top-level `seed` are left out)."""
     runs = []
     for entry in show:
         if entry.get("rev") == "workspace":
@@ -29,7 +30,8 @@ def experiment_runs(show: list[dict]) -> list[dict]:
             for rev in experiment.get("revs", []):
                 candidates.append((rev.get("name") or experiment.get("name"), rev.get("data")))
         for name, data in candidates:
-            if data and not data.get("error") and "metrics/best.json" in (data.get("metrics") or {}):
+            best = ((data or {}).get("metrics") or {}).get("metrics/best.json", {}).get("data", {})
+            if data and not data.get("error") and "iteration" in best and "seed" in data["params"]["params.yaml"]["data"]:
                 runs.append({"name": name, "params": data["params"]["params.yaml"]["data"],
                              "metrics": {path: value.get("data", {}) for path, value in data["metrics"].items()}})
     return runs
@@ -62,7 +64,7 @@ def render(rows: list[dict]) -> str:
     header = ["run", "seed", "seed test R@1", "seed test MRR@10"]
     for it in iterations:
         header += [f"{it} Δval MRR@10", f"{it} Δtest R@1", f"{it} Δtest MRR@10"]
-    header += ["best iter (by val)", "best Δtest R@1"]
+    header += ["best iter (by val)", "best Δtest R@1", "best Δtest MRR@10"]
     lines = ["# InfoCSE vs the seed model over several runs", "",
              "Each run: its own `seed` (label split, pair sampling, batch order, training). "
              "Δ = trained minus the seed model on the same run's queries; '–' = iteration skipped by early stopping.", "",
@@ -73,19 +75,20 @@ def render(rows: list[dict]) -> str:
             delta = row.get(it)
             cells += ([f"{delta['val']['mrr@10']:+.3f}", f"{delta['test']['recall@1']:+.3f}",
                        f"{delta['test']['mrr@10']:+.3f}"] if delta else ["–"] * 3)
-        cells += [str(row["best"]), f"{row['best_delta']['recall@1']:+.3f}"]
+        cells += [str(row["best"]), f"{row['best_delta']['recall@1']:+.3f}", f"{row['best_delta']['mrr@10']:+.3f}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Mean ± sample standard deviation over runs (and how many runs were above 0):", ""]
     for it in iterations:
         for split, metric in (("test", "recall@1"), ("test", "mrr@10"), ("val", "mrr@10")):
             values = [row[it][split][metric] for row in rows if it in row]
             lines.append(f"- {it} Δ{split} {metric}: {spread(values)}")
-    lines.append(f"- best-by-val Δtest recall@1: {spread([row['best_delta']['recall@1'] for row in rows])}")
+    for metric in METRICS:
+        lines.append(f"- best-by-val Δtest {metric}: {spread([row['best_delta'][metric] for row in rows])}")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    result = subprocess.run(["dvc", "exp", "show", "--json"], capture_output=True, text=True, check=True)
+    result = subprocess.run(["dvc", "exp", "show", "--json", "--all-commits"], capture_output=True, text=True, check=True)
     rows, seen = [], set()
     for run in experiment_runs(json.loads(result.stdout)):
         row = run_row(run)
