@@ -95,6 +95,14 @@ def test_changing_k_reruns_clustering_onward_but_not_first_embed(project):
     assert ran == ["cluster@1", "train@1", "evaluate@1", "select", "report"]
 
 
+def test_changing_seed_resplits_but_keeps_the_first_embedding(project):
+    """A new seed means a new label split and new training, not new sentences: embed@1 stays cached."""
+    update_params(project, {"seed": 7})
+    ran, _ = repro(project)
+    assert "embed@1" not in ran and ran[0] == "prepare", ran
+    assert set(ran) >= {"cluster@1", "train@1", "evaluate@1", "select", "report"}, ran
+
+
 def test_adding_an_iteration_runs_only_its_stages(project):
     params = read_params(project)
     params["iterations"]["2"] = {"prev": 1}
