@@ -40,7 +40,7 @@ def paired_bootstrap(seed_ranks: pd.DataFrame, ranks: pd.DataFrame, metric: str,
 
 
 def _stage_seconds(t: int) -> dict:
-    names = ("embed", "pairs", "train", "evaluate") if t else ("evaluate",)
+    names = ("embed", "train", "evaluate") if t else ("evaluate",)
     seconds = {}
     for name in names:
         path = IterationPaths(t).metrics / f"{name}.json"
