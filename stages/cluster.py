@@ -1,9 +1,12 @@
 """cluster@t: Intra-Document Clustering (IDC) of the sentence embeddings into positive pairs.
 
-Per document: cosine graph of its sentences, keep edge (i, j) iff j is among i's top-K or i
-among j's, clusters = connected components, positives = every unordered pair in a cluster.
-Vectorised across documents: documents of equal size are stacked and handled by one batched
-matmul and sort, and all edges go through one sparse connected-components call.
+Partition IDC (the method): per document, cosine graph of its sentences, keep edge (i, j) iff j
+is among i's top-K or i among j's, clusters = connected components, positives = every unordered
+pair in a cluster. Vectorised across documents: documents of equal size are stacked and handled
+by one batched matmul and sort, and all edges go through one sparse connected-components call.
+
+K-means IDC (the paper's ablation): one global K-means over all sentences; the sentences of a
+document that share a global cluster form that document's cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 import numpy as np
 import pandas as pd
 import torch
+from scipy.cluster.vq import kmeans2
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -112,10 +116,30 @@ def cap_pairs(first: np.ndarray, second: np.ndarray, doc_codes: np.ndarray, per_
 
 
 def mine_positive_pairs(embeddings: np.ndarray, doc_codes: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """IDC: (labels, first, second) for sentences grouped by document."""
+    """Partition IDC: (labels, first, second) for sentences grouped by document."""
     offsets = document_offsets(doc_codes)
     sources, targets = top_k_edges(embeddings, offsets, k)
     labels = cluster_labels(len(doc_codes), sources, targets)
+    first, second = intra_cluster_pairs(labels)
+    return labels, first, second
+
+
+def kmeans_document_labels(embeddings: np.ndarray, doc_codes: np.ndarray, clusters: int, seed: int) -> np.ndarray:
+    """K-means IDC: one global K-means (k-means++ start, seeded); a document's sentences that fall
+    in one global cluster share a label."""
+    if clusters < 1:
+        raise StageError(f"params `idc.kmeans_clusters` must be >= 1, got {clusters}")
+    if len(embeddings) < clusters:
+        raise StageError(f"K-means needs at least {clusters} sentences, got {len(embeddings)}")
+    _, global_labels = kmeans2(np.asarray(embeddings, np.float64), clusters, minit="++",
+                               seed=np.random.default_rng(seed))
+    keys = doc_codes.astype(np.int64) * clusters + global_labels
+    return np.unique(keys, return_inverse=True)[1].astype(np.int64)
+
+
+def mine_kmeans_pairs(embeddings: np.ndarray, doc_codes: np.ndarray, clusters: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """K-means IDC: (labels, first, second), like `mine_positive_pairs`."""
+    labels = kmeans_document_labels(embeddings, doc_codes, clusters, seed)
     first, second = intra_cluster_pairs(labels)
     return labels, first, second
 
@@ -134,7 +158,6 @@ def pair_statistics(labels: np.ndarray, first: np.ndarray, doc_codes: np.ndarray
     clustered = sizes[sizes >= 2]
     per_doc = np.sort(np.bincount(doc_codes[first], minlength=doc_codes.max() + 1 if len(doc_codes) else 0))[::-1]
     top_tenth = per_doc[: max(1, int(np.ceil(len(per_doc) * 0.1)))].sum() if len(per_doc) else 0
-    overlap = [token_jaccard(a, b) for a, b in zip(pairs["text_a"], pairs["text_b"])]
     return {
         "sentences": int(len(labels)),
         "clusters": int(len(clustered)),
@@ -143,10 +166,19 @@ def pair_statistics(labels: np.ndarray, first: np.ndarray, doc_codes: np.ndarray
         "max_cluster_size": int(clustered.max()) if len(clustered) else 0,
         "pairs_mined": int(len(first)),
         "share_of_pairs_from_top_10pct_documents": float(top_tenth / len(first)) if len(first) else 0.0,
-        "pairs": int(len(pairs)),
-        "documents_in_pairs": int(pairs["doc_id"].nunique()),
-        "mean_token_jaccard": float(np.mean(overlap)) if overlap else 0.0,
+        **pair_table_statistics(pairs),
     }
+
+
+def pair_table_statistics(pairs: pd.DataFrame) -> dict:
+    """What any annotator's kept pairs look like: how many, from how many documents, how lexically alike."""
+    overlap = [token_jaccard(a, b) for a, b in zip(pairs["text_a"], pairs["text_b"])]
+    return {"pairs": int(len(pairs)), "documents_in_pairs": int(pairs["doc_id"].nunique()),
+            "mean_token_jaccard": float(np.mean(overlap)) if overlap else 0.0}
+
+
+def empty_pair_table() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=d) for c, d in zip(PAIR_COLUMNS, [str, "int64", "int64", "int64", str, str])})
 
 
 def build_pair_table(sentences: pd.DataFrame, labels: np.ndarray, first: np.ndarray, second: np.ndarray) -> pd.DataFrame:
@@ -161,16 +193,30 @@ def build_pair_table(sentences: pd.DataFrame, labels: np.ndarray, first: np.ndar
     }, columns=PAIR_COLUMNS)
 
 
+IDC_METHODS = ("partition", "kmeans")
+
+
+def budget_caps(params: dict) -> tuple[int | None, int | None]:
+    """The training-pair budget every annotator shares: (per document, in all)."""
+    return (positive_int(params, "budget.max_pairs_per_document", allow_all=True),
+            positive_int(params, "budget.max_pairs", allow_all=True))
+
+
 def cluster_iteration(params: dict, sentences: pd.DataFrame, embeddings: np.ndarray) -> tuple[pd.DataFrame, dict]:
-    k = positive_int(params, "idc.k")
+    method = params["idc"].get("method", "partition")
+    if method not in IDC_METHODS:
+        raise StageError(f"params `idc.method` must be one of {list(IDC_METHODS)}, got {method!r}")
     if len(embeddings) != len(sentences):
         raise StageError(f"{len(embeddings)} embeddings for {len(sentences)} sentences: re-run the embed stage")
     doc_codes = pd.factorize(sentences["doc_id"], sort=False)[0]
     started = time.perf_counter()
-    labels, first, second = mine_positive_pairs(embeddings, doc_codes, k)
+    if method == "partition":
+        labels, first, second = mine_positive_pairs(embeddings, doc_codes, positive_int(params, "idc.k"))
+    else:
+        labels, first, second = mine_kmeans_pairs(embeddings, doc_codes, positive_int(params, "idc.kmeans_clusters"),
+                                                  int(params["seed"]))
     seconds = time.perf_counter() - started
-    kept = cap_pairs(first, second, doc_codes, positive_int(params, "idc.max_pairs_per_document", allow_all=True),
-                     positive_int(params, "idc.max_pairs", allow_all=True), int(params["seed"]))
+    kept = cap_pairs(first, second, doc_codes, *budget_caps(params), int(params["seed"]))
     pairs = build_pair_table(sentences, labels, first[kept], second[kept])
     stats = pair_statistics(labels, first, doc_codes, pairs)
     stats["idc_seconds"] = seconds  # the clustering itself, without reading or writing tables
@@ -191,8 +237,8 @@ def main() -> None:
             raise StageError("IDC found no positive pairs (no cluster has two sentences)")
         print(f"iteration {t}: {stats['clusters']} clusters, {stats['pairs_mined']} pairs mined, {len(pairs)} kept")
     else:
-        pairs, stats = pd.DataFrame({c: pd.Series(dtype=d) for c, d in zip(PAIR_COLUMNS, [str, "int64", "int64", "int64", str, str])}), {}
-        print(f"iteration {t}: skipped (early stopping)")
+        pairs, stats = empty_pair_table(), {}
+        print(f"iteration {t}: skipped (the loop stopped)")
     stats.update({"iteration": t, "skipped": pairs.empty, "seconds": time.perf_counter() - started})
     write_parquet(pairs, paths.pairs)
     write_json(paths.metrics / "pairs.json", stats)

@@ -25,6 +25,7 @@ PARAMS_FILE = Path("params.yaml")
 DOCUMENTS = Path("data/corpus/documents.parquet")
 SENTENCES = Path("data/corpus/sentences.parquet")
 BEST_MODEL = Path("models/best")
+ANNOTATOR_MODEL = Path("models/annotator")  # the model that mines round 1 (idc.first_round_annotator)
 
 # Seed-model names that resolve to a registry package shipping the weights (no hub needed).
 PACKAGED_MODELS = {
@@ -180,10 +181,10 @@ def resolve_model_source(name: str) -> str:
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir() or not ((path / "modules.json").exists() or (path / "config.json").exists()):
-            raise StageError(f"seed model {name!r} is not a sentence-transformers or transformers model folder")
+            raise StageError(f"model {name!r} is not a sentence-transformers or transformers model folder")
         return str(path)
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise StageError(f"seed model {name!r}: no such folder")
+        raise StageError(f"model {name!r}: no such folder")
     return name
 
 
@@ -210,8 +211,8 @@ def save_model(model, dest: Path | str) -> None:
 
 
 def iteration_is_active(params: dict, t: int) -> bool:
-    """Iteration t does work unless early stopping fired after t-1 (evaluate@t-1 decides).
-    Also checks that t belongs to the params' iteration chain."""
+    """Iteration t does work unless the loop stopped after t-1 (evaluate@t-1 decides: early
+    stopping, or `loop.max_iterations` reached). Also checks that t belongs to the params' iteration chain."""
     if t == 0:
         return True
     if t not in iteration_numbers(params):
@@ -219,8 +220,8 @@ def iteration_is_active(params: dict, t: int) -> bool:
     return bool(read_json(IterationPaths(t - 1).decision)["continue"])
 
 
-def positive_int(params: dict, dotted: str, allow_all: bool = False) -> int | None:
-    """Read an integer param >= 1 (or "all" -> None where allowed), with a clear error otherwise."""
+def positive_int(params: dict, dotted: str, allow_all: bool = False, minimum: int = 1) -> int | None:
+    """Read an integer param >= `minimum` (or "all" -> None where allowed), with a clear error otherwise."""
     value: object = params
     for part in dotted.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -228,7 +229,7 @@ def positive_int(params: dict, dotted: str, allow_all: bool = False) -> int | No
         value = value[part]
     if allow_all and value in ("all", None):
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = 'an integer >= 1 or "all"' if allow_all else "an integer >= 1"
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        allowed = f'an integer >= {minimum} or "all"' if allow_all else f"an integer >= {minimum}"
         raise StageError(f"params `{dotted}` must be {allowed}, got {value!r}")
     return value

@@ -1,14 +1,19 @@
-"""embed@t: encode every training sentence with model t-1 (L2-normalised), cached as an output."""
+"""embed@t: encode every training sentence with model t-1 (L2-normalised), cached as an output.
+
+Round 1 may be mined by another model than f_0 (`idc.first_round_annotator`, see stages/annotator.py).
+"""
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from stages.common import (
+    ANNOTATOR_MODEL,
     SENTENCES,
     IterationPaths,
     iteration_is_active,
@@ -27,6 +32,13 @@ def embed_sentences(model, texts: list[str], batch_size: int) -> np.ndarray:
                         show_progress_bar=True).astype(np.float32)
 
 
+def mining_model_path(params: dict, t: int) -> Path:
+    """Model t-1, except in round 1 when a separate first-round annotator is set."""
+    if t == 1 and str(params["idc"].get("first_round_annotator") or "current") != "current":
+        return ANNOTATOR_MODEL
+    return IterationPaths(t - 1).model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iteration", type=int, required=True)
@@ -36,10 +48,10 @@ def main() -> None:
     started = time.perf_counter()
     if iteration_is_active(params, t):
         texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
-        model = load_model(IterationPaths(t - 1).model, params.get("device"), params["embed"]["max_seq_length"])
+        model = load_model(mining_model_path(params, t), params.get("device"), params["embed"]["max_seq_length"])
         embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))
     else:
-        print(f"iteration {t}: skipped (early stopping)")
+        print(f"iteration {t}: skipped (the loop stopped)")
         embeddings = np.empty((0, 0), np.float32)
     seconds = time.perf_counter() - started
     save_numpy(embeddings, paths.embeddings)

@@ -62,15 +62,17 @@ def rank_queries(model, documents: pd.DataFrame, batch_size: int) -> pd.DataFram
     return pd.DataFrame({"doc_id": queries["doc_id"].to_numpy(), "split": queries["split"].to_numpy(), "rank": ranks})
 
 
-def next_state(previous: dict | None, t: int, score: float | None, patience: int) -> dict:
+def next_state(previous: dict | None, t: int, score: float | None, patience: int, max_iterations: int | None = None) -> dict:
     """Best iteration so far, iterations since the validation metric last improved, and whether
-    the next iteration runs (fewer than `patience` iterations without a gain)."""
+    the next iteration runs (fewer than `patience` iterations without a gain, and fewer than
+    `max_iterations` done)."""
     if previous is None or previous.get("best_score") is None or (score is not None and score > previous["best_score"]):
         best = {"best_iteration": t, "best_score": score, "since_best": 0}
     else:
         best = {"best_iteration": previous["best_iteration"], "best_score": previous["best_score"],
                 "since_best": previous["since_best"] + 1}
-    return {**best, "continue": best["since_best"] < patience}
+    within_limit = max_iterations is None or t < max_iterations
+    return {**best, "continue": best["since_best"] < patience and within_limit}
 
 
 def stopped_state(previous: dict) -> dict:
@@ -86,6 +88,7 @@ def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
     if metric not in METRICS:
         raise StageError(f"params `evaluate.metric` must be one of {list(METRICS)}, got {metric!r}")
     patience = positive_int(params, "loop.patience")
+    max_iterations = positive_int(params, "loop.max_iterations", allow_all=True, minimum=0)
     if not iteration_is_active(params, t):
         return {"iteration": t, "stopped": True, "val_metric": metric, **stopped_state(previous)}, pd.DataFrame(
             {"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})
@@ -98,7 +101,7 @@ def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
         result[split] = retrieval_metrics(split_ranks) if len(split_ranks) else {}
         result[f"{split}_queries"] = int(len(split_ranks))
     score = result["val"].get(metric)  # None when the corpus has no titles: the last iteration is kept
-    return {**result, **next_state(previous, t, score, patience)}, ranks
+    return {**result, **next_state(previous, t, score, patience, max_iterations)}, ranks
 
 
 def main() -> None:
@@ -114,7 +117,7 @@ def main() -> None:
     write_json(paths.decision, {"continue": result["continue"]})
     write_json(paths.metrics / "evaluate.json", {"iteration": t, "seconds": time.perf_counter() - started})
     if result["stopped"]:
-        print(f"iteration {t}: skipped (early stopping); best is iteration {result['best_iteration']}")
+        print(f"iteration {t}: skipped (the loop stopped); best is iteration {result['best_iteration']}")
     elif result.get("val"):
         print(f"iteration {t}: val {result['val']}, test {result['test']}")
 

@@ -25,6 +25,7 @@ from stages.common import (
     write_json,
     write_parquet,
 )
+from stages.manpages import manpages_version, read_manpages
 
 SPLITS = ("fewshot", "val", "test")
 
@@ -161,10 +162,15 @@ def load_documents(corpus: dict) -> pd.DataFrame:
     source = corpus.get("source")
     if source == "bbc":
         documents = read_bbc_news()
+    elif source == "manpages":
+        documents, info = read_manpages(corpus.get("manpages_root") or "auto")
+        print(f"read {info['documents']} man pages of {info['package']} {info['version'] or '(folder)'} "
+              f"in {info['seconds']} s ({info['aliases_skipped']} aliases, {info['without_name_summary']} without "
+              f"a NAME summary, {info['without_description']} without a DESCRIPTION skipped)")
     elif source in ("jsonl", "parquet", "txt"):
         documents = read_user_corpus(source, Path(str(corpus.get("path") or "")), bool(corpus.get("title_first_line", True)))
     else:
-        raise StageError(f"params `corpus.source` must be bbc, jsonl, parquet or txt, got {source!r}")
+        raise StageError(f"params `corpus.source` must be manpages, bbc, jsonl, parquet or txt, got {source!r}")
     documents["body"] = documents["body"].map(lambda b: b.strip() if isinstance(b, str) else "")
     empty = documents.loc[documents["body"] == "", "doc_id"]
     if len(empty):
@@ -188,6 +194,8 @@ def prepare_corpus(params: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     if sentences.groupby("doc_id").size().ge(2).sum() == 0:
         raise StageError("no document has two or more sentences: there is nothing to pair")
     documents["split"] = assign_splits(documents, params["split"], int(params["seed"]))
+    if corpus.get("source") == "manpages":
+        stats["manpages_version"] = manpages_version(corpus.get("manpages_root") or "auto")
     stats.update({"documents": len(documents), "duplicate_bodies_dropped": before - len(documents),
                   "documents_with_title": int(documents["title"].notna().sum()),
                   **{f"{name}_documents": int((documents["split"] == name).sum()) for name in SPLITS}})

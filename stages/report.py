@@ -1,7 +1,8 @@
 """report: one Markdown table and one convergence plot of the whole run.
 
-Rows are iterations (0 = the seed model). Test deltas against the seed carry paired-bootstrap
-95% intervals over test queries: the same queries ranked by both models are resampled together.
+Rows are iterations (0 = f_0: the seed model, or the seed after one `init.method` round). Test
+deltas against f_0 carry paired-bootstrap 95% intervals over test queries: the same queries
+ranked by both models are resampled together.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def paired_bootstrap(seed_ranks: pd.DataFrame, ranks: pd.DataFrame, metric: str,
 
 
 def _stage_seconds(t: int) -> dict:
-    names = ("embed", "train", "evaluate") if t else ("evaluate",)
+    names = ("embed", "train", "evaluate") if t else ("train", "evaluate")
     seconds = {}
     for name in names:
         path = IterationPaths(t).metrics / f"{name}.json"
@@ -53,8 +54,9 @@ def collect_rows(iterations: list[int]) -> list[dict]:
     for t in [0, *iterations]:
         state = read_json(IterationPaths(t).state)
         pairs_path = IterationPaths(t).metrics / "pairs.json"
-        rows.append({"iteration": t, "state": state, "pairs": read_json(pairs_path) if t else {},
-                     "seconds": _stage_seconds(t)})
+        pairs = read_json(pairs_path) if pairs_path.exists() else {}
+        rows.append({"iteration": t, "state": state, "pairs": pairs, "seconds": _stage_seconds(t),
+                     "init": pairs.get("method", "none") if t == 0 else None})
     return rows
 
 
@@ -74,7 +76,10 @@ def render_markdown(rows: list[dict], deltas: dict[int, dict], best: int, corpus
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         state, pairs, seconds = row["state"], row["pairs"], row["seconds"]
-        status = "seed" if row["iteration"] == 0 else ("skipped (early stop)" if state["stopped"] else "trained")
+        if row["iteration"] == 0:
+            status = "seed" if row["init"] in (None, "none") else f"seed + {row['init']}"
+        else:
+            status = "skipped (loop stopped)" if state["stopped"] else "trained"
         cells = [str(row["iteration"]), status]
         cells += [_fmt(state.get(split, {}).get(m)) for split in ("val", "test") for m in METRICS]
         cells += [str(pairs.get("pairs", "–")), _fmt(pairs.get("mean_cluster_size"), 2),
@@ -82,12 +87,12 @@ def render_markdown(rows: list[dict], deltas: dict[int, dict], best: int, corpus
                   _fmt(seconds.get("train"), 0), _fmt(seconds.get("evaluate"), 0)]
         lines.append("| " + " | ".join(cells) + " |")
     if deltas:
-        lines += ["", "Test deltas against the seed model (paired bootstrap over test queries, 95% interval):", "",
+        lines += ["", "Test deltas against iteration 0 (paired bootstrap over test queries, 95% interval):", "",
                   "| iter | Δ recall@1 | 95% CI | Δ mrr@10 | 95% CI |", "|---|---|---|---|---|"]
         for t, delta in deltas.items():
             r1, mrr = delta["recall@1"], delta["mrr@10"]
             lines.append(f"| {t} | {r1[0]:+.3f} | [{r1[1]:+.3f}, {r1[2]:+.3f}] | {mrr[0]:+.3f} | [{mrr[1]:+.3f}, {mrr[2]:+.3f}] |")
-    lines += ["", "An interval that contains 0 means this run cannot tell the model from the seed on test. "
+    lines += ["", "An interval that contains 0 means this run cannot tell the model from iteration 0 on test. "
               "One run is one training seed and one label split; see the README for the spread over several.", ""]
     return "\n".join(lines)
 
@@ -98,7 +103,7 @@ def plot_convergence(curve: pd.DataFrame, metric: str, path: str) -> None:
         column = f"{split}_{metric}"
         if column in curve and curve[column].notna().any():
             axis.plot(curve["iteration"], curve[column], marker="o", label=f"{split} {metric}")
-    axis.set_xlabel("iteration (0 = seed model)")
+    axis.set_xlabel("iteration (0 = f_0)")
     axis.set_ylabel(metric)
     axis.set_xticks(curve["iteration"])
     axis.set_title("InfoCSE convergence")

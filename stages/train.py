@@ -111,6 +111,16 @@ def train_on_pairs(model, pairs: pd.DataFrame, train: dict, seed: int, device: s
             "pairs_used": used, "pairs_dropped": len(pairs) * epochs - used}
 
 
+def train_at_length(model, pairs: pd.DataFrame, params: dict, device: str) -> dict:
+    """Train at `train.max_seq_length` (short, for speed); the model keeps its own inference length."""
+    inference_length = model.max_seq_length
+    model.max_seq_length = positive_int(params, "train.max_seq_length")
+    with tempfile.TemporaryDirectory() as scratch:
+        stats = train_on_pairs(model, pairs, params["train"], int(params["seed"]), device, Path(scratch))
+    model.max_seq_length = inference_length
+    return stats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iteration", type=int, required=True)
@@ -121,21 +131,16 @@ def main() -> None:
     if not iteration_is_active(params, t):
         with atomic_output(paths.model) as tmp:
             tmp.mkdir()
-            (tmp / "SKIPPED").write_text("early stopping: this iteration did no work\n")
+            (tmp / "SKIPPED").write_text("the loop stopped before this iteration: it did no work\n")
         write_json(paths.metrics / "train.json", {"iteration": t, "skipped": True, "seconds": 0.0})
-        print(f"iteration {t}: skipped (early stopping)")
+        print(f"iteration {t}: skipped (the loop stopped)")
         return
-    train = params["train"]
     pairs = pd.read_parquet(paths.pairs)
     if pairs.empty:
         raise StageError(f"{paths.pairs} has no pairs to train on")
     device = resolve_device(params.get("device"))
     model = load_model(IterationPaths(t - 1).model, device)
-    inference_length = model.max_seq_length
-    model.max_seq_length = positive_int(params, "train.max_seq_length")
-    with tempfile.TemporaryDirectory() as scratch:
-        stats = train_on_pairs(model, pairs, train, int(params["seed"]), device, Path(scratch))
-    model.max_seq_length = inference_length  # the saved model keeps its own inference length
+    stats = train_at_length(model, pairs, params, device)
     save_model(model, paths.model)
     stats.update({"iteration": t, "skipped": False, "pairs": len(pairs), "seconds": time.perf_counter() - started})
     write_json(paths.metrics / "train.json", stats)

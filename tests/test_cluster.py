@@ -14,7 +14,10 @@ from stages.cluster import (
     PAIR_COLUMNS,
     build_pair_table,
     cap_pairs,
+    cluster_iteration,
     document_offsets,
+    kmeans_document_labels,
+    mine_kmeans_pairs,
     mine_positive_pairs,
     token_jaccard,
     top_k_edges,
@@ -247,3 +250,46 @@ def test_document_offsets():
         document_offsets(np.array([0, 1, 0]))
     with pytest.raises(StageError, match="grouped by document"):
         mine_positive_pairs(random_corpus(0, [3])[0], np.array([0, 1, 0]), 1)
+
+
+# ---------------------------------------------------------------- K-means IDC
+def test_kmeans_idc_groups_each_documents_sentences_by_global_cluster():
+    """Three well-separated global groups (directions e0, e1, e2 plus small noise); each document
+    mixes them. K-means with 3 clusters must recover the groups, and a document's cluster is the
+    set of its sentences in one group -- never a sentence of another document."""
+    rng = np.random.default_rng(0)
+    group = np.array([0, 0, 1, 2, 1, 1, 0, 2, 2, 2, 0, 1])
+    doc_codes = np.array([0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2])
+    embeddings = np.eye(3)[group] + rng.normal(scale=0.01, size=(len(group), 3))
+    labels, first, second = mine_kmeans_pairs(embeddings.astype(np.float32), doc_codes, clusters=3, seed=0)
+    expected = {frozenset(np.flatnonzero((doc_codes == d) & (group == g)).tolist())
+                for d in range(3) for g in range(3) if ((doc_codes == d) & (group == g)).any()}
+    found = {frozenset(np.flatnonzero(labels == label).tolist()) for label in np.unique(labels)}
+    assert found == expected
+    pairs = set(zip(first.tolist(), second.tolist()))
+    assert pairs == {(a, b) for members in expected for a, b in itertools.combinations(sorted(members), 2)}
+    assert (0, 1) in pairs and (7, 8) in pairs and (0, 6) not in pairs  # 0 and 6 share a group, not a document
+
+
+def test_kmeans_idc_is_seeded_and_checks_its_input():
+    embeddings = np.random.default_rng(1).normal(size=(40, 8)).astype(np.float32)
+    doc_codes = np.repeat(np.arange(8), 5)
+    first_run = kmeans_document_labels(embeddings, doc_codes, 4, seed=3)
+    assert np.array_equal(first_run, kmeans_document_labels(embeddings, doc_codes, 4, seed=3))
+    with pytest.raises(StageError, match="at least 50 sentences"):
+        kmeans_document_labels(embeddings, doc_codes, 50, seed=0)
+
+
+def test_cluster_iteration_dispatches_on_method_and_applies_the_budget():
+    sentences = pd.DataFrame({"sentence_id": np.arange(12), "doc_id": [f"d{i // 4}" for i in range(12)],
+                              "position": np.tile(np.arange(4), 3), "text": [f"sentence {i}" for i in range(12)]})
+    embeddings = np.eye(4, dtype=np.float32)[np.array([0, 0, 1, 1] * 3)]
+    params = {"seed": 0, "idc": {"method": "kmeans", "k": 1, "kmeans_clusters": 2},
+              "budget": {"max_pairs_per_document": "all", "max_pairs": "all"}}
+    pairs, stats = cluster_iteration(params, sentences, embeddings)
+    assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) == 6 and stats["clusters"] == 6
+    params["budget"] = {"max_pairs_per_document": 1, "max_pairs": 2}
+    assert len(cluster_iteration(params, sentences, embeddings)[0]) == 2
+    params["idc"]["method"] = "spectral"
+    with pytest.raises(StageError, match="`idc.method` must be one of"):
+        cluster_iteration(params, sentences, embeddings)

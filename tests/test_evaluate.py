@@ -153,9 +153,19 @@ def test_next_state():
     assert stopped_state(state) == {"best_iteration": 4, "best_score": 0.51, "since_best": 0, "continue": False}
 
 
+def test_max_iterations_stops_the_loop_even_while_improving():
+    """`loop.max_iterations` = n: the decision after iteration n is to stop; 0 means f_0 alone."""
+    assert next_state(None, 0, 0.5, patience=1, max_iterations=0)["continue"] is False
+    state = next_state(None, 0, 0.5, patience=1, max_iterations=1)
+    assert state["continue"] is True
+    assert next_state(state, 1, 0.9, patience=1, max_iterations=1) == \
+        {"best_iteration": 1, "best_score": 0.9, "since_best": 0, "continue": False}
+    assert next_state(state, 1, 0.9, patience=1, max_iterations=None)["continue"] is True
+
+
 def loop_params(patience: int, iterations: int) -> dict:
-    return {"loop": {"patience": patience}, "iterations": {str(t): {"prev": t - 1} for t in range(1, iterations + 1)},
-            "evaluate": {"metric": "mrr@10"}}
+    return {"loop": {"patience": patience, "max_iterations": "all"},
+            "iterations": {str(t): {"prev": t - 1} for t in range(1, iterations + 1)}, "evaluate": {"metric": "mrr@10"}}
 
 
 def simulate_loop(params: dict, scores: list[float]) -> list[bool]:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from pipeline_helpers import locked_outputs, make_project, read_params, repro, run, update_params
 
@@ -22,7 +24,8 @@ def tiny_overrides(model_dir: Path, corpus: Path) -> dict:
         "corpus": {"source": "jsonl", "path": str(corpus)},
         "split": {"fewshot": 0.0, "val": 0.5, "test": 0.5},  # two documents per category: one val, one test
         "embed": {"batch_size": 16, "max_seq_length": 64},
-        "idc": {"k": 1, "max_pairs_per_document": "all", "max_pairs": "all"},
+        "idc": {"k": 1},
+        "budget": {"max_pairs_per_document": "all", "max_pairs": "all"},
         "train": {"batch_size": 4, "learning_rate": 1.0e-3, "epochs": 1},
         "evaluate": {"batch_size": 16, "max_seq_length": 64},
         "report": {"bootstrap_samples": 200},
@@ -53,7 +56,7 @@ def project(built_project, tmp_path) -> Path:
 
 def test_chain_runs_and_writes_metrics(built_project):
     project, ran = built_project
-    assert ran == ["prepare", "seed", "evaluate_seed", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
+    assert ran == ["prepare", "init", "annotator", "evaluate_init", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
     state = json.loads((project / "metrics/iterations/iter-1/retrieval.json").read_text())
     assert state["val_queries"] > 0 and state["test_queries"] > 0
     assert 0.0 <= state["test"]["recall@1"] <= 1.0
@@ -113,7 +116,7 @@ def test_adding_an_iteration_runs_only_its_stages(project):
 
 def test_rerun_gives_byte_identical_outputs(project):
     before = locked_outputs(project)
-    repro(project, "--force", "--single-item", "prepare", "seed", "embed@1", "cluster@1", "train@1", "evaluate@1")
+    repro(project, "--force", "--single-item", "prepare", "init", "embed@1", "cluster@1", "train@1", "evaluate@1")
     after = locked_outputs(project)
     for path in ["data/corpus/documents.parquet", "data/corpus/sentences.parquet", "models/iterations/iter-0",
                  "data/iterations/iter-1/embeddings.npy", "data/iterations/iter-1/pairs.parquet",
@@ -168,3 +171,38 @@ def test_editing_the_corpus_file_reruns_prepare(project):
     with open(local, "a", encoding="utf-8") as handle:
         handle.write(json.dumps({"id": "extra", "title": "Extra", "text": "One more. Two more.", "category": "music"}) + "\n")
     assert "modified:           corpus/docs.jsonl" in run([sys.executable, "-m", "dvc", "status", "prepare"], project).stdout
+
+
+def test_baseline_run_is_one_init_round_and_no_idc_iteration(project):
+    """`init.method: conpono` + `loop.max_iterations: 0`: f_0 is the seed trained on CONPONO pairs,
+    and the loop does no work after it -- how every baseline is run."""
+    from stages.cluster import PAIR_COLUMNS
+
+    seed_weights = (project / "models/iterations/iter-0/model.safetensors").read_bytes()
+    update_params(project, {"init": {"method": "conpono"}, "loop": {"max_iterations": 0}})
+    ran, _ = repro(project)
+    assert ran[:2] == ["init", "evaluate_init"] and "train@1" in ran
+    assert (project / "models/iterations/iter-0/model.safetensors").read_bytes() != seed_weights
+    pairs = pd.read_parquet(project / "data/iterations/iter-0/pairs.parquet")
+    assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) > 0
+    assert json.loads((project / "metrics/iterations/iter-1/train.json").read_text())["skipped"] is True
+    assert json.loads((project / "metrics/best.json").read_text())["iteration"] == 0
+    assert "| 0 | seed + conpono |" in (project / "reports/report.md").read_text()
+
+
+def test_first_round_annotator_mines_round_one_while_f0_is_trained(project, tmp_path):
+    """With another model as round-1 annotator, embed@1 holds that model's embeddings, and
+    train@1 still starts from f_0 (the first embedding is not f_0's)."""
+    from conftest import build_tiny_model
+    from sentence_transformers import SentenceTransformer
+
+    annotator = build_tiny_model(tmp_path / "annotator", seed=1)
+    update_params(project, {"idc": {"first_round_annotator": str(annotator)}})
+    ran, _ = repro(project)
+    assert ran[:2] == ["annotator", "embed@1"], ran
+    texts = pd.read_parquet(project / "data/corpus/sentences.parquet")["text"].tolist()
+    embeddings = np.load(project / "data/iterations/iter-1/embeddings.npy")
+    expected = SentenceTransformer(str(annotator), device="cpu").encode(texts, normalize_embeddings=True)
+    f0 = SentenceTransformer(str(project / "models/iterations/iter-0"), device="cpu").encode(texts, normalize_embeddings=True)
+    np.testing.assert_allclose(embeddings, expected, atol=1e-5)
+    assert not np.allclose(embeddings, f0, atol=1e-3)

@@ -13,7 +13,7 @@ def test_real_model_and_corpus_run_one_iteration(tmp_path):
     project = make_project(tmp_path / "project", {
         "device": "cpu",
         "corpus": {"source": "bbc", "max_documents": 30},
-        "idc": {"max_pairs": 48},
+        "budget": {"max_pairs": 48},
         "train": {"batch_size": 16},
         "evaluate": {"max_seq_length": 128},
         "report": {"bootstrap_samples": 200},

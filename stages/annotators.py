@@ -1,0 +1,160 @@
+"""Positive-pair annotators: the classic self-supervised baselines InfoCSE is compared against,
+also usable as initialisation rounds. Each turns the sentence table into a pair table
+(stages.cluster.PAIR_COLUMNS, `cluster` = -1):
+
+- simcse:  (s, s); dropout alone makes the two views differ (SimCSE).
+- mirror:  (s, s with a random span of words masked) (Mirror-BERT).
+- consert: (s, s with its words shuffled, then some dropped) (ConSERT shuffle + cutoff).
+- ict:     (s, its surrounding sentences, s itself usually removed) (Inverse Cloze Task).
+- conpono: (s, t) for sentences of one document at most `window` apart (CONPONO neighbours).
+
+Pure functions of the table and a seed: all randomness comes from numpy.random.default_rng(seed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from stages.cluster import PAIR_COLUMNS, document_offsets
+from stages.common import StageError, positive_int
+
+ANNOTATORS = ("simcse", "mirror", "consert", "ict", "conpono")
+PAIR_DTYPES = dict(zip(PAIR_COLUMNS, ["str", "int64", "int64", "int64", "str", "str"]))
+
+
+# ---------------------------------------------------------------- shared helpers
+def document_codes(sentences: pd.DataFrame) -> np.ndarray:
+    """Each row's document as a code, checking the table's layout: rows grouped by document and
+    positions running 0..n-1 in row order (so rows, not positions, can be counted on)."""
+    codes = pd.factorize(sentences["doc_id"], sort=False)[0]
+    offsets = document_offsets(codes)
+    sizes = np.diff(offsets)
+    expected = np.arange(len(codes)) - np.repeat(offsets[:-1], sizes)
+    if not np.array_equal(sentences["position"].to_numpy(), expected):
+        raise StageError("sentence positions must run 0..n-1 inside each document, in row order")
+    return codes
+
+
+def document_bounds(sentences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's document as a row range [start, end)."""
+    offsets = document_offsets(document_codes(sentences))
+    sizes = np.diff(offsets)
+    return np.repeat(offsets[:-1], sizes), np.repeat(offsets[1:], sizes)
+
+
+def pair_table(sentences: pd.DataFrame, rows: np.ndarray, sentence_b: np.ndarray, text_b: Sequence[str]) -> pd.DataFrame:
+    """The pair table for anchor rows `rows`, sorted by (sentence_a, sentence_b)."""
+    frame = pd.DataFrame({
+        "doc_id": sentences["doc_id"].to_numpy()[rows],
+        "sentence_a": sentences["sentence_id"].to_numpy()[rows],
+        "sentence_b": sentence_b,
+        "cluster": np.full(len(rows), -1),
+        "text_a": sentences["text"].to_numpy()[rows],
+        "text_b": np.asarray(text_b, dtype=object),
+    }, columns=PAIR_COLUMNS).astype(PAIR_DTYPES)
+    return frame.sort_values(["sentence_a", "sentence_b"], kind="stable").reset_index(drop=True)
+
+
+def split_words(sentences: pd.DataFrame) -> tuple[list[list[str]], np.ndarray]:
+    """Whitespace-separated words of each sentence, and their counts."""
+    words = [text.split() for text in sentences["text"]]
+    return words, np.array([len(w) for w in words], dtype=np.int64)
+
+
+# ---------------------------------------------------------------- annotators
+def simcse_pairs(sentences: pd.DataFrame) -> pd.DataFrame:
+    """SimCSE: every sentence paired with itself; training dropout makes the two views differ."""
+    rows = np.arange(len(sentences))
+    return pair_table(sentences, rows, sentences["sentence_id"].to_numpy(), sentences["text"].to_numpy())
+
+
+def mirror_pairs(sentences: pd.DataFrame, span_words: int, mask_token: str, seed: int) -> pd.DataFrame:
+    """Mirror-BERT: each sentence against a copy with one random span of `span_words` words
+    masked (one mask per word; clipped to the sentence, start uniform among valid starts)."""
+    rng = np.random.default_rng(seed)
+    words, lengths = split_words(sentences)
+    spans = np.minimum(span_words, lengths)
+    starts = rng.integers(0, lengths - spans + 1)
+    masked = [" ".join(w[:start] + [mask_token] * span + w[start + span:])
+              for w, start, span in zip(words, starts.tolist(), spans.tolist())]
+    return pair_table(sentences, np.arange(len(sentences)), sentences["sentence_id"].to_numpy(), masked)
+
+
+def consert_pairs(sentences: pd.DataFrame, cutoff: float, seed: int) -> pd.DataFrame:
+    """ConSERT on text: each sentence against its words shuffled, then each dropped with
+    probability `cutoff` (the first shuffled word is kept if all would go)."""
+    rng = np.random.default_rng(seed)
+    words, lengths = split_words(sentences)
+    owner = np.repeat(np.arange(len(words)), lengths)
+    shuffled = np.lexsort((rng.random(len(owner)), owner))  # each sentence's words, in random order
+    kept = rng.random(len(owner)) >= cutoff  # indexed by shuffled position
+    starts = np.cumsum(lengths) - lengths
+    emptied = (np.bincount(owner, weights=kept, minlength=len(words)) == 0) & (lengths > 0)
+    kept[starts[emptied]] = True
+    flat = np.array([w for ws in words for w in ws], dtype=object)[shuffled]
+    augmented = [" ".join(flat[start:start + length][kept[start:start + length]])
+                 for start, length in zip(starts.tolist(), lengths.tolist())]
+    return pair_table(sentences, np.arange(len(sentences)), sentences["sentence_id"].to_numpy(), augmented)
+
+
+def ict_pairs(sentences: pd.DataFrame, context_sentences: int, remove_probability: float, seed: int) -> pd.DataFrame:
+    """Inverse Cloze Task: each sentence of a multi-sentence document against its context, the
+    sentences up to `context_sentences` either side joined in order, the sentence itself removed
+    with probability `remove_probability` (never when it is the whole context)."""
+    rng = np.random.default_rng(seed)
+    start, end = document_bounds(sentences)
+    rows = np.flatnonzero(end - start >= 2)
+    low = np.maximum(start[rows], rows - context_sentences)
+    high = np.minimum(end[rows], rows + context_sentences + 1)
+    removed = (rng.random(len(rows)) < remove_probability) & (high - low > 1)
+    text = sentences["text"].to_list()
+    contexts = [" ".join(text[lo:row] + text[row + drop:hi])
+                for row, lo, hi, drop in zip(rows.tolist(), low.tolist(), high.tolist(), removed.astype(int).tolist())]
+    return pair_table(sentences, rows, np.full(len(rows), -1), contexts)
+
+
+def conpono_pairs(sentences: pd.DataFrame, window: int) -> pd.DataFrame:
+    """CONPONO-style neighbours: every pair of sentences of one document 1..`window` apart,
+    once each, earlier sentence first."""
+    codes = document_codes(sentences)
+    firsts, seconds = [], []
+    for gap in range(1, min(window, len(codes) - 1) + 1):
+        first = np.flatnonzero(codes[:-gap] == codes[gap:])
+        firsts.append(first)
+        seconds.append(first + gap)
+    first = np.concatenate(firsts) if firsts else np.empty(0, np.int64)
+    second = np.concatenate(seconds) if seconds else np.empty(0, np.int64)
+    return pair_table(sentences, first, sentences["sentence_id"].to_numpy()[second], sentences["text"].to_numpy()[second])
+
+
+# ---------------------------------------------------------------- dispatch
+def option_int(options: dict, key: str) -> int:
+    return positive_int({"annotators": options}, f"annotators.{key}")
+
+
+def option_probability(options: dict, key: str) -> float:
+    if key not in options:
+        raise StageError(f"params `annotators.{key}` is missing")
+    value = options[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise StageError(f"params `annotators.{key}` must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def annotate(method: str, sentences: pd.DataFrame, options: dict, seed: int, mask_token: str = "[MASK]") -> pd.DataFrame:
+    """Run annotator `method`, reading only its own keys of `options` (checked first)."""
+    if method == "simcse":
+        return simcse_pairs(sentences)
+    if method == "mirror":
+        return mirror_pairs(sentences, option_int(options, "mirror_span_words"), mask_token, seed)
+    if method == "consert":
+        return consert_pairs(sentences, option_probability(options, "consert_cutoff"), seed)
+    if method == "ict":
+        return ict_pairs(sentences, option_int(options, "ict_context_sentences"),
+                         option_probability(options, "ict_remove_probability"), seed)
+    if method == "conpono":
+        return conpono_pairs(sentences, option_int(options, "conpono_window"))
+    raise StageError(f"unknown annotator {method!r}: expected one of {', '.join(ANNOTATORS)}")

