@@ -26,8 +26,8 @@ from stages.common import (  # noqa: E402
 from stages.evaluate import METRICS, per_query_scores  # noqa: E402
 
 REPORT = "reports/report.md"
-PLOT = "reports/convergence.png"
-CURVE = "reports/convergence.csv"
+PLOT = "reports/run_convergence.png"
+CURVE = "reports/run_convergence.csv"
 
 
 def paired_bootstrap(seed_ranks: pd.DataFrame, ranks: pd.DataFrame, metric: str, samples: int, seed: int) -> tuple[float, float, float]:

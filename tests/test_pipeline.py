@@ -65,7 +65,7 @@ def test_chain_runs_and_writes_metrics(built_project):
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] in (0, 1)
     report = (project / "reports/report.md").read_text()
     assert "| 0 | seed |" in report and "| 1 | trained |" in report
-    assert (project / "reports/convergence.png").read_bytes()[:4] == b"\x89PNG"
+    assert (project / "reports/run_convergence.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_best_model_loads_without_project_code(built_project):
@@ -84,7 +84,7 @@ def test_dvc_metrics_and_plots_commands_work(built_project):
     flat = json.dumps(metrics)
     assert "metrics/best.json" in flat and "recall@1" in flat
     plots = json.loads(run([sys.executable, "-m", "dvc", "plots", "show", "--json"], project).stdout)
-    assert {"reports/convergence.csv", "reports/convergence.png"} <= set(plots["data"])
+    assert {"reports/run_convergence.csv", "reports/run_convergence.png"} <= set(plots["data"])
 
 
 def test_noop_repro_runs_nothing(project):
