@@ -7,6 +7,9 @@ by one batched matmul and sort, and all edges go through one sparse connected-co
 
 K-means IDC (the paper's ablation): one global K-means over all sentences; the sentences of a
 document that share a global cluster form that document's cluster.
+
+`engine.name: ray` runs partition IDC over partitions of whole documents on Ray (stages/ray_engine.py),
+with the same pair table as a result.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from stages.common import (
     write_json,
     write_parquet,
 )
+from stages.ray_engine import cluster_with_ray, engine_settings
 
 PAIR_COLUMNS = ["doc_id", "sentence_a", "sentence_b", "cluster", "text_a", "text_b"]
 MAX_BLOCK_ELEMENTS = 1 << 24  # similarity entries per batched block: bounds memory, not results
@@ -230,9 +234,13 @@ def main() -> None:
     params = load_params()
     paths = IterationPaths(t)
     started = time.perf_counter()
+    engine = engine_settings(params)
     if iteration_is_active(params, t):
-        sentences = pd.read_parquet(SENTENCES)
-        pairs, stats = cluster_iteration(params, sentences, np.load(paths.embeddings))
+        if engine.name == "ray":
+            pairs, stats = cluster_with_ray(engine, params, paths.embeddings)
+        else:
+            sentences = pd.read_parquet(SENTENCES)
+            pairs, stats = cluster_iteration(params, sentences, np.load(paths.embeddings))
         if pairs.empty:
             raise StageError("IDC found no positive pairs (no cluster has two sentences)")
         print(f"iteration {t}: {stats['clusters']} clusters, {stats['pairs_mined']} pairs mined, {len(pairs)} kept")

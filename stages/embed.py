@@ -1,6 +1,7 @@
 """embed@t: encode every training sentence with model t-1 (L2-normalised), cached as an output.
 
 Round 1 may be mined by another model than f_0 (`idc.first_round_annotator`, see stages/annotator.py).
+`engine.name: ray` encodes with a pool of Ray model actors instead (stages/ray_engine.py), same output.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from stages.common import (
     save_numpy,
     write_json,
 )
+from stages.ray_engine import embed_with_ray, engine_settings
 
 
-def embed_sentences(model, texts: list[str], batch_size: int) -> np.ndarray:
+def embed_sentences(model, texts: list[str], batch_size: int, show_progress_bar: bool = True) -> np.ndarray:
     """Unit-length float32 embeddings, one row per text, in input order."""
     return model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                        show_progress_bar=True).astype(np.float32)
+                        show_progress_bar=show_progress_bar).astype(np.float32)
 
 
 def mining_model_path(params: dict, t: int) -> Path:
@@ -45,18 +47,25 @@ def main() -> None:
     t = parser.parse_args().iteration
     params = load_params()
     paths = IterationPaths(t)
+    engine = engine_settings(params)
     started = time.perf_counter()
-    if iteration_is_active(params, t):
-        texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
-        model = load_model(mining_model_path(params, t), params.get("device"), params["embed"]["max_seq_length"])
-        embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))
+    active = iteration_is_active(params, t)
+    if active and engine.name == "ray":  # writes the output as it goes
+        sentences = embed_with_ray(engine, params, mining_model_path(params, t), paths.embeddings)
+        seconds = time.perf_counter() - started
     else:
-        print(f"iteration {t}: skipped (the loop stopped)")
-        embeddings = np.empty((0, 0), np.float32)
-    seconds = time.perf_counter() - started
-    save_numpy(embeddings, paths.embeddings)
-    write_json(paths.metrics / "embed.json", {"iteration": t, "sentences": len(embeddings), "seconds": seconds,
-                                              "sentences_per_second": len(embeddings) / seconds if len(embeddings) else 0.0})
+        if active:
+            texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
+            model = load_model(mining_model_path(params, t), params.get("device"), params["embed"]["max_seq_length"])
+            embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))
+        else:
+            print(f"iteration {t}: skipped (the loop stopped)")
+            embeddings = np.empty((0, 0), np.float32)
+        seconds = time.perf_counter() - started
+        save_numpy(embeddings, paths.embeddings)
+        sentences = len(embeddings)
+    write_json(paths.metrics / "embed.json", {"iteration": t, "sentences": sentences, "seconds": seconds,
+                                              "sentences_per_second": sentences / seconds if sentences else 0.0})
 
 
 if __name__ == "__main__":

@@ -81,12 +81,30 @@ def stopped_state(previous: dict) -> dict:
             "since_best": previous["since_best"], "continue": False}
 
 
-def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
-    paths = IterationPaths(t)
-    previous = read_json(IterationPaths(t - 1).state) if t > 0 else None
+def validation_metric(params: dict) -> str:
     metric = params["evaluate"]["metric"]
     if metric not in METRICS:
         raise StageError(f"params `evaluate.metric` must be one of {list(METRICS)}, got {metric!r}")
+    return metric
+
+
+def score_model(params: dict, model, documents: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Val and test retrieval metrics of `model` (queries = titles, candidates = all bodies), and
+    the per-query ranks; `score` is the validation metric (None when the corpus has no titles)."""
+    ranks = rank_queries(model, documents, positive_int(params, "evaluate.batch_size"))
+    result = {"val_metric": validation_metric(params), "candidates": len(documents)}
+    for split in ("val", "test"):
+        split_ranks = ranks.loc[ranks["split"] == split, "rank"].to_numpy()
+        result[split] = retrieval_metrics(split_ranks) if len(split_ranks) else {}
+        result[f"{split}_queries"] = int(len(split_ranks))
+    result["score"] = result["val"].get(result["val_metric"])
+    return result, ranks
+
+
+def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
+    paths = IterationPaths(t)
+    previous = read_json(IterationPaths(t - 1).state) if t > 0 else None
+    metric = validation_metric(params)
     patience = positive_int(params, "loop.patience")
     max_iterations = positive_int(params, "loop.max_iterations", allow_all=True, minimum=0)
     if not iteration_is_active(params, t):
@@ -94,14 +112,9 @@ def evaluate_iteration(params: dict, t: int) -> tuple[dict, pd.DataFrame]:
             {"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})
     documents = pd.read_parquet(DOCUMENTS)
     model = load_model(paths.model, params.get("device"), params["evaluate"].get("max_seq_length"))
-    ranks = rank_queries(model, documents, positive_int(params, "evaluate.batch_size"))
-    result = {"iteration": t, "stopped": False, "val_metric": metric, "candidates": len(documents)}
-    for split in ("val", "test"):
-        split_ranks = ranks.loc[ranks["split"] == split, "rank"].to_numpy()
-        result[split] = retrieval_metrics(split_ranks) if len(split_ranks) else {}
-        result[f"{split}_queries"] = int(len(split_ranks))
-    score = result["val"].get(metric)  # None when the corpus has no titles: the last iteration is kept
-    return {**result, **next_state(previous, t, score, patience, max_iterations)}, ranks
+    result, ranks = score_model(params, model, documents)
+    score = result.pop("score")  # None when the corpus has no titles: the last iteration is kept
+    return {"iteration": t, "stopped": False, **result, **next_state(previous, t, score, patience, max_iterations)}, ranks
 
 
 def main() -> None:

@@ -15,9 +15,11 @@ import pytest
 from pipeline_helpers import locked_outputs, make_project, read_params, repro, run, update_params
 
 ITERATION_STAGES = ["embed@{t}", "cluster@{t}", "train@{t}", "evaluate@{t}"]
+MAIN_STAGES = ["prepare", "init", "annotator", "evaluate_init", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
+FEWSHOT_STAGES = ["labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"]
 
 
-def tiny_overrides(model_dir: Path, corpus: Path) -> dict:
+def tiny_overrides(model_dir: Path, corpus: Path, labels: Path) -> dict:
     return {
         "seed_model": str(model_dir),
         "device": "cpu",
@@ -31,6 +33,10 @@ def tiny_overrides(model_dir: Path, corpus: Path) -> dict:
         "report": {"bootstrap_samples": 200},
         "loop": {"patience": 5},
         "iterations": {"1": {"prev": 0}},
+        # the tiny split has no few-shot pool: fine-tune on a file of labelled pairs instead
+        "finetune": {"labels": "all", "source": "file", "path": str(labels), "batch_size": 4, "learning_rate": 1.0e-3,
+                     "max_seq_length": 64, "epochs": 1},
+        "plusplus": {"max_rounds": 1},
     }
 
 
@@ -42,7 +48,10 @@ def built_project(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[str]]:
     root = tmp_path_factory.mktemp("pipeline")
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()))
-    project = make_project(root / "project", tiny_overrides(tiny_model_dir, corpus))
+    labels = root / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"query": f"about {d['category']}", "positive": d["text"]}) + "\n"
+                              for d in tiny_documents()[::2]))
+    project = make_project(root / "project", tiny_overrides(tiny_model_dir, corpus, labels))
     ran, _ = repro(project)
     return project, ran
 
@@ -56,7 +65,7 @@ def project(built_project, tmp_path) -> Path:
 
 def test_chain_runs_and_writes_metrics(built_project):
     project, ran = built_project
-    assert ran == ["prepare", "init", "annotator", "evaluate_init", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
+    assert ran == MAIN_STAGES + FEWSHOT_STAGES, ran
     state = json.loads((project / "metrics/iterations/iter-1/retrieval.json").read_text())
     assert state["val_queries"] > 0 and state["test_queries"] > 0
     assert 0.0 <= state["test"]["recall@1"] <= 1.0
@@ -95,7 +104,9 @@ def test_noop_repro_runs_nothing(project):
 def test_changing_k_reruns_clustering_onward_but_not_first_embed(project):
     update_params(project, {"idc": {"k": 2}})
     ran, _ = repro(project)
-    assert ran == ["cluster@1", "train@1", "evaluate@1", "select", "report"]
+    assert ran[:5] == ["cluster@1", "train@1", "evaluate@1", "select", "report"], ran
+    # the InfoCSE++ rounds (which use K) follow, and fine-tuning if the selected model changed; nothing else
+    assert {"plusplus@2", "plusplus@3", "select_plusplus"} <= set(ran[5:]) <= set(FEWSHOT_STAGES) - {"labels", "finetune@f0"}, ran
 
 
 def test_changing_seed_resplits_but_keeps_the_first_embedding(project):
@@ -111,7 +122,8 @@ def test_adding_an_iteration_runs_only_its_stages(project):
     params["iterations"]["2"] = {"prev": 1}
     update_params(project, {"iterations": params["iterations"]})
     ran, _ = repro(project)
-    assert ran == [*[s.format(t=2) for s in ITERATION_STAGES], "select", "report"]
+    assert ran[:6] == [*[s.format(t=2) for s in ITERATION_STAGES], "select", "report"], ran
+    assert set(ran[6:]) <= {"finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"}, ran
 
 
 def test_rerun_gives_byte_identical_outputs(project):
@@ -206,3 +218,25 @@ def test_first_round_annotator_mines_round_one_while_f0_is_trained(project, tmp_
     f0 = SentenceTransformer(str(project / "models/iterations/iter-0"), device="cpu").encode(texts, normalize_embeddings=True)
     np.testing.assert_allclose(embeddings, expected, atol=1e-5)
     assert not np.allclose(embeddings, f0, atol=1e-3)
+
+
+def test_changing_the_label_budget_reruns_only_fine_tuning(project):
+    """Labels feed fine-tuning and the InfoCSE++ rounds, never the unlabelled main loop."""
+    update_params(project, {"finetune": {"labels": 3}})
+    ran, _ = repro(project)
+    assert set(ran) == set(FEWSHOT_STAGES), ran
+    assert json.loads((project / "metrics/finetuned/best.json").read_text())["labels"] == 3
+
+
+def test_plusplus_stops_when_the_fine_tuned_validation_score_stops_improving(project):
+    """Learning rates 0: fine-tuned val cannot improve, so round 2 runs (patience 1) and round 3 does no work."""
+    update_params(project, {"train": {"learning_rate": 0.0}, "finetune": {"learning_rate": 0.0},
+                            "plusplus": {"max_rounds": 3}})
+    repro(project)
+    round2 = json.loads((project / "metrics/finetuned/round-2.json").read_text())
+    round3 = json.loads((project / "metrics/finetuned/round-3.json").read_text())
+    assert round2["stopped"] is False and round2["since_best"] == 1 and round2["continue"] is False
+    assert round3["stopped"] is True
+    assert [p.name for p in (project / "models/finetuned/round-3").iterdir()] == ["SKIPPED"]
+    summary = json.loads((project / "metrics/plusplus.json").read_text())
+    assert summary["best_round"] == 1 and summary["rounds_run"] == 2

@@ -47,6 +47,34 @@ def test_batches_are_document_disjoint(batch_size, seed):
     assert len(set(doc_codes[left].tolist())) <= 1
 
 
+def full_scan_batches(doc_codes: np.ndarray, batch_size: int, seed: int) -> list[list[int]]:
+    """The greedy batching written plainly: every batch scans every waiting pair."""
+    waiting = np.random.default_rng(seed).permutation(len(doc_codes)).tolist()
+    batches = []
+    while waiting:
+        batch, docs, deferred = [], set(), []
+        for index in waiting:
+            if len(batch) < batch_size and doc_codes[index] not in docs:
+                batch.append(index)
+                docs.add(doc_codes[index])
+            else:
+                deferred.append(index)
+        if len(batch) < 2:
+            break
+        batches.append(batch)
+        waiting = deferred
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batches_equal_the_full_scan(seed):
+    """The batching stops scanning once a batch is full; its batches are those of the plain version."""
+    rng = np.random.default_rng(seed)
+    for n_docs, n, batch_size in [(25, 300, 8), (3, 40, 4), (400, 2000, 32), (1, 5, 2), (50, 60, 64)]:
+        doc_codes = rng.integers(0, n_docs, size=n)
+        assert document_disjoint_batches(doc_codes, batch_size, seed) == full_scan_batches(doc_codes, batch_size, seed)
+
+
 def test_batches_deterministic_per_seed():
     """Same seed -> same batches; another seed -> other batches."""
     doc_codes = np.random.default_rng(0).integers(0, 20, size=200)

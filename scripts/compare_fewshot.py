@@ -1,0 +1,148 @@
+"""Gather few-shot fine-tuning results of the committed run and every finished `dvc exp` run into
+reports/fewshot.md and reports/plusplus_rounds.png.
+
+    python -m scripts.compare_fewshot        # after the runs of scripts/queue_fewshot.sh
+
+Rows are starting points, columns label budgets (`finetune.labels`); a cell is test Recall@1 /
+MRR@10, mean ± sd over seeds:
+- seed model: finetune@f0 of runs with `init.method: none`;
+- best baseline: finetune@f0 of the baseline runs (`loop.max_iterations: 0`) of the baseline with
+  the highest mean *validation* MRR@10 in the comparison (never chosen by test);
+- InfoCSE: finetune@best of runs whose loop ran (round 1 of InfoCSE++);
+- InfoCSE++: the round chosen by fine-tuned validation, in runs with `plusplus.max_rounds` > 1.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from scripts.compare_experiments import BASELINE_NAMES, finished_runs, protocol
+
+REPORT = Path("reports/fewshot.md")
+PLOT = Path("reports/plusplus_rounds.png")
+METRICS = ("recall@1", "mrr@10")
+
+
+def fewshot_protocol(params: dict) -> dict:
+    """What must match for two runs to be compared: the self-supervised protocol and the fine-tuning
+    trainer; the label budget is a column, not a protocol difference."""
+    finetune = {key: value for key, value in (params.get("finetune") or {}).items() if key != "labels"}
+    return {**protocol(params), "finetune": finetune}
+
+
+def run_cells(run: dict) -> list[dict]:
+    """(starting point, corpus, budget, seed, val, test) entries one run contributes."""
+    params, metrics = run["params"], run["metrics"]
+    init = (params.get("init") or {}).get("method", "none")
+    loop_ran = (params.get("loop") or {}).get("max_iterations", "all") != 0
+    base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params["seed"],
+            "budget": str((params.get("finetune") or {}).get("labels"))}
+    cells = []
+    f0 = metrics.get("metrics/finetuned/f0.json")
+    if f0 and "test" in f0:
+        start = "seed model" if init == "none" else BASELINE_NAMES.get(init, init)
+        if init == "none" or not loop_ran:
+            cells.append({**base, "start": start, "val": f0["val"], "test": f0["test"]})
+    best = metrics.get("metrics/finetuned/best.json")
+    if best and "test" in best and loop_ran and init == "none":
+        cells.append({**base, "start": "InfoCSE", "val": best["val"], "test": best["test"]})
+    plusplus = metrics.get("metrics/plusplus.json")
+    if plusplus and "test" in plusplus and (params.get("plusplus") or {}).get("max_rounds", 1) > 1 and init == "none":
+        cells.append({**base, "start": "InfoCSE++", "val": plusplus["val"], "test": plusplus["test"],
+                      "curve": plusplus.get("curve", [])})
+    return cells
+
+
+def collect(show: list[dict], current: dict) -> list[dict]:
+    cells, seen = [], set()
+    for run in finished_runs(show):
+        if fewshot_protocol(run["params"]) != fewshot_protocol(current):
+            continue
+        for cell in run_cells(run):
+            key = (cell["corpus"], cell["start"], cell["budget"], cell["seed"])
+            if key not in seen:
+                seen.add(key)
+                cells.append(cell)
+    return cells
+
+
+def best_baseline(cells: list[dict], corpus: str) -> str | None:
+    """The baseline with the highest mean validation MRR@10 after fine-tuning (validation only)."""
+    scores = {}
+    for start in {c["start"] for c in cells if c["corpus"] == corpus} - {"seed model", "InfoCSE", "InfoCSE++"}:
+        scores[start] = statistics.mean(c["val"]["mrr@10"] for c in cells if c["corpus"] == corpus and c["start"] == start)
+    return max(scores, key=scores.get) if scores else None
+
+
+def cell_text(group: list[dict]) -> str:
+    if not group:
+        return "–"
+    parts = []
+    for metric in METRICS:
+        values = [c["test"][metric] for c in group]
+        spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+        parts.append(f"{statistics.mean(values):.3f}{spread}")
+    return " / ".join(parts) + f" (n={len(group)})"
+
+
+def render(cells: list[dict]) -> str:
+    lines = ["# Few-shot fine-tuning: seed model, best baseline, InfoCSE, InfoCSE++", "",
+             "Made by `python -m scripts.compare_fewshot`. Cell: test Recall@1 / MRR@10 after fine-tuning, mean ± sd "
+             "over runs (each run has its own `seed`: label split, label sample and training). The best baseline is "
+             "picked by validation MRR@10; nothing is chosen by test.", ""]
+    for corpus in sorted({c["corpus"] for c in cells}):
+        mine = [c for c in cells if c["corpus"] == corpus]
+        budgets = sorted({c["budget"] for c in mine}, key=lambda b: (b == "all", int(b) if b.isdigit() else 0))
+        baseline = best_baseline(mine, corpus)
+        starts = ["seed model", *([baseline] if baseline else []), "InfoCSE", "InfoCSE++"]
+        lines += [f"## Corpus: {corpus}", "", "| start | " + " | ".join(f"{b} labels" for b in budgets) + " |",
+                  "|---|" + "---|" * len(budgets)]
+        for start in starts:
+            label = f"best baseline: {start}" if start == baseline else start
+            lines.append(f"| {label} | " + " | ".join(
+                cell_text([c for c in mine if c["start"] == start and c["budget"] == b]) for b in budgets) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_rounds(cells: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for corpus, budget in sorted({(c["corpus"], c["budget"]) for c in cells if c.get("curve")}):
+        curves = [c["curve"] for c in cells if c.get("curve") and c["corpus"] == corpus and c["budget"] == budget]
+        rounds = sorted({point["round"] for curve in curves for point in curve})
+        means = [statistics.mean(p["val"]["mrr@10"] for curve in curves for p in curve if p["round"] == r) for r in rounds]
+        axis.plot(rounds, means, marker="o", label=f"{corpus}, {budget} labels (n={len(curves)})")
+    axis.set_xlabel("InfoCSE++ round")
+    axis.set_ylabel("fine-tuned val mrr@10")
+    axis.set_title("InfoCSE++ round by round (mean over runs)")
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, format="png", dpi=100, metadata={"Software": None})
+    plt.close(figure)
+
+
+def main() -> None:
+    result = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json", "--all-commits"],
+                            capture_output=True, text=True, check=True)
+    cells = collect(json.loads(result.stdout), yaml.safe_load(Path("params.yaml").read_text()))
+    if not cells:
+        sys.exit("no finished run has fine-tuning metrics with the current protocol")
+    REPORT.write_text(render(cells), encoding="utf-8")
+    plot_rounds(cells, PLOT)
+    print(REPORT.read_text())
+
+
+if __name__ == "__main__":
+    main()

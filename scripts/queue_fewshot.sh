@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Queue the runs behind reports/fewshot.md as `dvc exp run` experiments, then run them one at a
+# time and gather the report:
+#
+#   bash scripts/queue_fewshot.sh BASELINE [corpus]   # BASELINE: the comparison's best by validation, e.g. conpono
+#   dvc queue start -j 1
+#   python -m scripts.compare_fewshot
+#
+# For seeds 0 1 2 and label budgets 100 300 all (the few-shot pool: 836 BBC documents, 341 man pages): the seed model, InfoCSE and InfoCSE++
+# (up to 3 rounds) in one run each, and the baseline's one round. The unlabelled stages of one
+# seed are computed once and restored from DVC's run cache for every other budget.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+baseline="${1:?usage: queue_fewshot.sh BASELINE [corpus]}"
+corpus="${2:-bbc}"
+for seed in 0 1 2; do
+  for labels in 100 300 all; do
+    dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
+      -S "seed=$seed" -S "finetune.labels=$labels" -S plusplus.max_rounds=3
+    dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
+      -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0
+  done
+done
+dvc queue status

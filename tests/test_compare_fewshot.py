@@ -1,0 +1,55 @@
+"""The few-shot report (scripts/compare_fewshot.py) on a hand-made `dvc exp show --json`: which
+run gives which starting point, the best baseline picked by validation, cells per label budget."""
+
+from __future__ import annotations
+
+from test_compare_experiments import PROTOCOL, show_of
+
+from scripts.compare_fewshot import best_baseline, collect, render
+
+FINETUNE = {"source": "fewshot", "learning_rate": 2e-5}
+
+
+def scores(r1: float, val_mrr: float) -> dict:
+    return {"val": {"mrr@10": val_mrr, "recall@1": r1}, "test": {"recall@1": r1, "mrr@10": r1 + 0.1}}
+
+
+def run(seed: int, labels, init: str = "none", max_iterations="all", max_rounds: int = 1, f0=None, best=None,
+        plusplus=None) -> dict:
+    metrics = {"metrics/best.json": {"data": {"iteration": 0}}}
+    for path, value in (("f0", f0), ("best", best)):
+        if value:
+            metrics[f"metrics/finetuned/{path}.json"] = {"data": value}
+    if plusplus:
+        metrics["metrics/plusplus.json"] = {"data": {**plusplus, "curve": [{"round": 1, **best}, {"round": 2, **plusplus}]}}
+    params = {**PROTOCOL, "seed": seed, "corpus": {"source": "bbc"}, "init": {"method": init},
+              "loop": {"max_iterations": max_iterations}, "finetune": {**FINETUNE, "labels": labels},
+              "plusplus": {"max_rounds": max_rounds}}
+    return {"params": {"params.yaml": {"data": params}}, "metrics": metrics}
+
+
+def test_starting_points_budgets_and_the_best_baseline_by_validation():
+    runs = [
+        ("s0", run(0, 100, f0=scores(0.50, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6), max_rounds=3)),
+        ("s1", run(1, 100, f0=scores(0.54, 0.5), best=scores(0.56, 0.5))),
+        ("s0-300", run(0, 300, f0=scores(0.60, 0.5), best=scores(0.61, 0.5))),
+        # SimCSE is better on test, CONPONO on validation: the report must pick CONPONO
+        ("simcse", run(0, 100, init="simcse", max_iterations=0, f0=scores(0.90, 0.40))),
+        ("conpono", run(0, 100, init="conpono", max_iterations=0, f0=scores(0.45, 0.70))),
+    ]
+    current = {**PROTOCOL, "finetune": {**FINETUNE, "labels": 300}}
+    cells = collect(show_of(*runs), current)
+    assert best_baseline(cells, "bbc") == "CONPONO"
+    text = render(cells)
+    row = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "0.520 ± 0.028 / 0.620 ± 0.028 (n=2)" in row["seed model"]  # seeds 0 and 1 at 100 labels
+    assert "0.610 / 0.710 (n=1)" in row["InfoCSE"]
+    assert "0.550 / 0.650 (n=1)" in row["InfoCSE++"]
+    assert "best baseline: CONPONO" in row and "SimCSE" not in text
+    assert "| start | 100 labels | 300 labels |" in text
+
+
+def test_other_fine_tuning_protocols_are_left_out():
+    other = run(0, 100, f0=scores(0.5, 0.5), best=scores(0.5, 0.5))
+    other["params"]["params.yaml"]["data"]["finetune"]["learning_rate"] = 1.0
+    assert collect(show_of(("x", other)), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}}) == []
