@@ -39,7 +39,24 @@ def budget_of(params: dict) -> dict:
 
 
 def protocol(params: dict) -> dict:
-    return {key: budget_of(params) if key == "budget" else params.get(key) for key in PROTOCOL_KEYS}
+    """What must match for runs to be compared. `train.devices` is left out: it changes where the
+    global batch is computed, not what it is."""
+    found = {key: budget_of(params) if key == "budget" else params.get(key) for key in PROTOCOL_KEYS}
+    if isinstance(found["train"], dict):
+        found["train"] = {key: value for key, value in found["train"].items() if key != "devices"}
+    if isinstance(found["evaluate"], dict):  # older runs kept the report's bootstrap count here
+        found["evaluate"] = {key: value for key, value in found["evaluate"].items() if key != "bootstrap_samples"}
+    return found
+
+
+def metrics_match_params(run: dict) -> bool:
+    """Whether the metrics were made with the run's params. A queued or running experiment shows
+    the metrics of the commit it started from, which carry another corpus or init method."""
+    params, metrics = run["params"], run["metrics"]
+    init = (params.get("init") or {}).get("method", "none")
+    made_by = metrics.get("metrics/iterations/iter-0/pairs.json", {}).get("method", "none")
+    manpages = (params.get("corpus") or {}).get("source") == "manpages"
+    return made_by == init and manpages == ("manpages_version" in metrics.get("metrics/corpus.json", {}))
 
 
 def finished_runs(show: list[dict]) -> list[dict]:
@@ -106,21 +123,32 @@ def run_rows(run: dict) -> list[dict]:
     base = {"corpus": corpus, "seed": params["seed"], "run": run["name"]}
     rows = [{**base, "method": BASELINE_NAMES.get(init, init), "val": states[0].get("val", {}),
              "test": states[0].get("test", {}), **rounds_summary(metrics, 0)}]
-    ran = [t for t, state in states.items() if t > 0 and not state.get("stopped")]
+    ran = [t for t, state in states.items() if t > 0 and not state.get("stopped") and state.get("val")]
     if ran:
         best = metrics["metrics/best.json"]["iteration"]
         rows.append({**base, "method": infocse_label(params), "val": states[best].get("val", {}),
                      "test": states[best].get("test", {}), "best_iteration": best, "iterations_run": len(ran),
                      **rounds_summary(metrics, best),
                      "curve": [(t, states[t]["val"].get(params["evaluate"]["metric"]))
-                               for t in sorted(states) if not states[t].get("stopped")]})
+                               for t in sorted(states) if not states[t].get("stopped") and states[t].get("val")]})
     return rows
 
 
-def collect(show: list[dict], current: dict) -> list[dict]:
+def unfinished_experiments() -> set[str]:
+    """Names of queued and running experiments (`dvc queue status`): their metrics are not theirs yet."""
+    result = subprocess.run([sys.executable, "-m", "dvc", "queue", "status"], capture_output=True, text=True, check=True)
+    names = set()
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[-1] in ("Queued", "Running"):
+            names.add(fields[1])
+    return names
+
+
+def collect(show: list[dict], current: dict, unfinished: set[str] = frozenset()) -> list[dict]:
     rows, seen = [], set()
     for run in finished_runs(show):
-        if protocol(run["params"]) != protocol(current):
+        if run["name"] in unfinished or protocol(run["params"]) != protocol(current) or not metrics_match_params(run):
             continue
         for row in run_rows(run):
             key = (row["corpus"], row["method"], row["seed"])
@@ -237,7 +265,7 @@ def main() -> None:
                                 capture_output=True, text=True, check=True)
         show = json.loads(result.stdout)
     current = yaml.safe_load(Path("params.yaml").read_text())
-    rows = collect(show, current)
+    rows = collect(show, current, set() if args.show_json else unfinished_experiments())
     if not rows:
         sys.exit("no finished runs with the current protocol: run the pipeline or the experiments first")
     REPORT.write_text(render(rows, current), encoding="utf-8")

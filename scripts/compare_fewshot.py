@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from scripts.compare_experiments import BASELINE_NAMES, finished_runs, protocol
+from scripts.compare_experiments import BASELINE_NAMES, finished_runs, metrics_match_params, protocol, unfinished_experiments
 
 REPORT = Path("reports/fewshot.md")
 PLOT = Path("reports/plusplus_rounds.png")
@@ -59,10 +59,11 @@ def run_cells(run: dict) -> list[dict]:
     return cells
 
 
-def collect(show: list[dict], current: dict) -> list[dict]:
+def collect(show: list[dict], current: dict, unfinished: set[str] = frozenset()) -> list[dict]:
     cells, seen = [], set()
     for run in finished_runs(show):
-        if fewshot_protocol(run["params"]) != fewshot_protocol(current):
+        if (run["name"] in unfinished or fewshot_protocol(run["params"]) != fewshot_protocol(current)
+                or not metrics_match_params(run)):
             continue
         for cell in run_cells(run):
             key = (cell["corpus"], cell["start"], cell["budget"], cell["seed"])
@@ -136,7 +137,7 @@ def plot_rounds(cells: list[dict], path: Path) -> None:
 def main() -> None:
     result = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json", "--all-commits"],
                             capture_output=True, text=True, check=True)
-    cells = collect(json.loads(result.stdout), yaml.safe_load(Path("params.yaml").read_text()))
+    cells = collect(json.loads(result.stdout), yaml.safe_load(Path("params.yaml").read_text()), unfinished_experiments())
     if not cells:
         sys.exit("no finished run has fine-tuning metrics with the current protocol")
     REPORT.write_text(render(cells), encoding="utf-8")

@@ -23,11 +23,14 @@ def state(r1: float, val_mrr: float = 0.5, stopped: bool = False) -> dict:
 
 def run_data(seed: int, init: str, states: list[dict], best: int, corpus: str = "bbc", **params) -> dict:
     metrics = {f"metrics/iterations/iter-{t}/retrieval.json": {"data": s} for t, s in enumerate(states)}
+    metrics["metrics/iterations/iter-0/pairs.json"] = {"data": {"method": init}}
+    metrics["metrics/corpus.json"] = {"data": {"manpages_version": "6.03-2"} if corpus == "manpages" else {}}
     for t, s in enumerate(states):
         trained = (t == 0 and init != "none") or (t > 0 and not s["stopped"])
         metrics[f"metrics/iterations/iter-{t}/train.json"] = {"data": {"skipped": not trained, "seconds": 100.0}}
         if trained:
-            metrics[f"metrics/iterations/iter-{t}/pairs.json"] = {"data": {"pairs": 2560, "mean_token_jaccard": 0.1 * (t + 1)}}
+            metrics[f"metrics/iterations/iter-{t}/pairs.json"] = {"data": {"pairs": 2560, "mean_token_jaccard": 0.1 * (t + 1),
+                                                                       **({"method": init} if t == 0 else {})}}
     metrics["metrics/best.json"] = {"data": {"iteration": best}}
     all_params = {**copy.deepcopy(PROTOCOL), "seed": seed, "corpus": {"source": corpus}, "init": {"method": init},
                   "idc": {"method": "partition", "k": 1, "first_round_annotator": "current"}, **params}
@@ -99,3 +102,18 @@ def test_render_pairs_deltas_by_seed():
     simcse = next(line for line in text.splitlines() if line.startswith("| SimCSE"))
     assert "+0.080 ± 0.028 (2/2 > 0)" in simcse and "n=2: too few runs to tell" in simcse
     assert "| 2 (0, 1) |" in simcse
+
+
+def test_train_devices_is_not_part_of_the_protocol():
+    run = run_data(0, "none", [state(0.6)], best=0)
+    current = {**PROTOCOL, "train": {**PROTOCOL["train"], "devices": 1}}
+    assert [row["method"] for row in collect(show_of(("r", run)), current)] == ["seed model"]
+
+
+def test_a_queued_experiment_showing_its_parents_metrics_is_left_out():
+    """DVC shows a queued or running experiment with the metrics of the commit it came from."""
+    finished = run_data(0, "none", [state(0.6)], best=0, corpus="manpages")
+    stale = run_data(0, "none", [state(0.9)], best=0)  # the parent's BBC metrics, not simcse on manpages
+    stale["params"]["params.yaml"]["data"].update({"init": {"method": "simcse"}, "corpus": {"source": "manpages"}})
+    rows = collect(show_of(("done", finished), ("queued", stale)), PROTOCOL)
+    assert [(row["method"], row["test"]["recall@1"]) for row in rows] == [("seed model", 0.6)]

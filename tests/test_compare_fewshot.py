@@ -16,7 +16,8 @@ def scores(r1: float, val_mrr: float) -> dict:
 
 def run(seed: int, labels, init: str = "none", max_iterations="all", max_rounds: int = 1, f0=None, best=None,
         plusplus=None) -> dict:
-    metrics = {"metrics/best.json": {"data": {"iteration": 0}}}
+    metrics = {"metrics/best.json": {"data": {"iteration": 0}},
+               "metrics/iterations/iter-0/pairs.json": {"data": {"method": init}}}
     for path, value in (("f0", f0), ("best", best)):
         if value:
             metrics[f"metrics/finetuned/{path}.json"] = {"data": value}
