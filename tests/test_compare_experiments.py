@@ -85,9 +85,9 @@ def test_old_runs_with_the_budget_under_idc_count_as_the_same_protocol():
 
 
 @pytest.mark.parametrize("deltas, verdict", [
-    ([0.02, 0.03, 0.025], "above the spread"),
+    ([0.02, 0.03, 0.025], "higher, beyond the spread"),
     ([0.02, -0.03, 0.01], "within the spread"),
-    ([-0.02, -0.03, -0.025], "below, beyond the spread"),
+    ([-0.02, -0.03, -0.025], "lower, beyond the spread"),
     ([0.05, 0.06], "n=2: too few runs to tell"),
 ])
 def test_delta_verdict(deltas, verdict):
@@ -117,3 +117,11 @@ def test_a_queued_experiment_showing_its_parents_metrics_is_left_out():
     stale["params"]["params.yaml"]["data"].update({"init": {"method": "simcse"}, "corpus": {"source": "manpages"}})
     rows = collect(show_of(("done", finished), ("queued", stale)), PROTOCOL)
     assert [(row["method"], row["test"]["recall@1"]) for row in rows] == [("seed model", 0.6)]
+
+
+def test_methods_are_also_compared_with_infocse_paired_by_seed():
+    runs = [(f"i{seed}", run_data(seed, "none", [state(0.5), state(0.60 + 0.01 * seed)], best=1)) for seed in range(3)]
+    runs += [(f"c{seed}", run_data(seed, "conpono", [state(0.55 + 0.01 * seed)], best=0)) for seed in range(3)]
+    text = render(collect(show_of(*runs), PROTOCOL), {**PROTOCOL, "seed": 0})
+    conpono = [line for line in text.splitlines() if line.startswith("| CONPONO |")][-1]
+    assert conpono.startswith("| CONPONO | -0.050 ± 0.000 (0/3 > 0) | lower, beyond the spread |"), conpono
