@@ -204,6 +204,18 @@ def load_model(source: str | Path, device: str | None = None, max_seq_length: in
     return model
 
 
+@contextlib.contextmanager
+def sequence_length(model, length: int) -> Iterator:
+    """Run a block at another max sequence length (short to train, long to score); the model
+    keeps its own length afterwards."""
+    own = model.max_seq_length
+    model.max_seq_length = int(length)
+    try:
+        yield model
+    finally:
+        model.max_seq_length = own
+
+
 def save_model(model, dest: Path | str) -> None:
     """Save without a model card: its timestamp would change every output hash."""
     with atomic_output(dest) as tmp:

@@ -25,6 +25,7 @@ from stages.common import (
     resolve_device,
     run_stage,
     save_model,
+    sequence_length,
     write_json,
 )
 from stages.evaluate import next_state, score_model
@@ -50,11 +51,8 @@ def finetuned_timing(name: str) -> Path:
 def finetune(model, labels: pd.DataFrame, params: dict, device: str) -> dict:
     """Train `model` in place on (query, positive) pairs at `finetune.max_seq_length`."""
     pairs = pd.DataFrame({"doc_id": labels["pair_id"], "text_a": labels["query"], "text_b": labels["positive"]})
-    inference_length = model.max_seq_length
-    model.max_seq_length = positive_int(params, "finetune.max_seq_length")
-    with tempfile.TemporaryDirectory() as scratch:
+    with sequence_length(model, positive_int(params, "finetune.max_seq_length")), tempfile.TemporaryDirectory() as scratch:
         stats = train_on_pairs(model, pairs, params["finetune"], int(params["seed"]), device, Path(scratch))
-    model.max_seq_length = inference_length
     return {key: stats[key] for key in ("steps", "train_loss", "pairs_used")}
 
 
@@ -62,10 +60,8 @@ def finetune_and_score(model, params: dict, device: str, documents: pd.DataFrame
     """Fine-tune on data/labels, then score on val and test (at the evaluation length)."""
     labels = pd.read_parquet(LABELS)
     train = finetune(model, labels, params, device)
-    inference_length = model.max_seq_length
-    model.max_seq_length = positive_int(params, "evaluate.max_seq_length")
-    result, _ = score_model(params, model, documents)
-    model.max_seq_length = inference_length
+    with sequence_length(model, positive_int(params, "evaluate.max_seq_length")):
+        result, _ = score_model(params, model, documents)
     return {**result, "labels": len(labels), "train": train}
 
 

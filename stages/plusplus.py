@@ -30,6 +30,7 @@ from stages.common import (
     resolve_device,
     run_stage,
     save_model,
+    sequence_length,
     write_json,
 )
 from stages.embed import embed_sentences
@@ -55,11 +56,8 @@ def round_chain(params: dict) -> dict[int, str]:
 
 def scored(params: dict, model, documents: pd.DataFrame) -> dict:
     """score_model at the evaluation length; the model keeps its own length afterwards."""
-    length = model.max_seq_length
-    model.max_seq_length = positive_int(params, "evaluate.max_seq_length")
-    result, _ = score_model(params, model, documents)
-    model.max_seq_length = length
-    return result
+    with sequence_length(model, positive_int(params, "evaluate.max_seq_length")):
+        return score_model(params, model, documents)[0]
 
 
 def infocse_loop(model, params: dict, sentences: pd.DataFrame, documents: pd.DataFrame, device: str) -> list[dict]:
@@ -75,10 +73,8 @@ def infocse_loop(model, params: dict, sentences: pd.DataFrame, documents: pd.Dat
     for t in iteration_numbers(params):
         if not state["continue"]:
             break
-        length = model.max_seq_length
-        model.max_seq_length = positive_int(params, "embed.max_seq_length")
-        embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))
-        model.max_seq_length = length
+        with sequence_length(model, positive_int(params, "embed.max_seq_length")):
+            embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))
         pairs, stats = cluster_iteration(params, sentences, embeddings)
         if pairs.empty:
             raise StageError(f"InfoCSE++ iteration {t}: IDC found no positive pairs")

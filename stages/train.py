@@ -40,6 +40,7 @@ from stages.common import (
     run_stage,
     save_model,
     seed_everything,
+    sequence_length,
     write_json,
 )
 
@@ -237,12 +238,8 @@ def check_devices(device: str, devices: int) -> None:
 
 def train_at_length(model, pairs: pd.DataFrame, params: dict, device: str) -> dict:
     """Train at `train.max_seq_length` (short, for speed); the model keeps its own inference length."""
-    inference_length = model.max_seq_length
-    model.max_seq_length = positive_int(params, "train.max_seq_length")
-    with tempfile.TemporaryDirectory() as scratch:
-        stats = train_on_pairs(model, pairs, params["train"], int(params["seed"]), device, Path(scratch))
-    model.max_seq_length = inference_length
-    return stats
+    with sequence_length(model, positive_int(params, "train.max_seq_length")), tempfile.TemporaryDirectory() as scratch:
+        return train_on_pairs(model, pairs, params["train"], int(params["seed"]), device, Path(scratch))
 
 
 def main() -> None:
