@@ -255,6 +255,7 @@ def plot_convergence(rows: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     corpora = sorted({row["corpus"] for row in rows if "curve" in row})
     figure, axes = plt.subplots(1, max(1, len(corpora)), figsize=(6 * max(1, len(corpora)), 4), squeeze=False)
@@ -267,6 +268,7 @@ def plot_convergence(rows: list[dict], path: Path) -> None:
             means = [statistics.mean([c[t] for c in curves if c.get(t) is not None]) for t in steps]
             axis.plot(steps, means, marker="o", label=f"{method} (n={len(curves)})")
         axis.set_title(f"{corpus}: validation metric per iteration (mean over runs)")
+        axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         axis.set_xlabel("iteration (0 = f_0)")
         axis.set_ylabel("val mrr@10")
         axis.legend(fontsize=7)

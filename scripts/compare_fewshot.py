@@ -22,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from scripts.compare_experiments import BASELINE_NAMES, finished_runs, metrics_match_params, protocol, unfinished_experiments
+from scripts.compare_experiments import (BASELINE_NAMES, delta_verdict, finished_runs, metrics_match_params, protocol,
+                                         unfinished_experiments)
 
 REPORT = Path("reports/fewshot.md")
 PLOT = Path("reports/plusplus_rounds.png")
@@ -92,6 +93,26 @@ def cell_text(group: list[dict]) -> str:
     return " / ".join(parts) + f" (n={len(group)})"
 
 
+def paired_differences(mine: list[dict], budgets: list[str], baseline: str | None) -> list[str]:
+    """Test R@1 of one starting point minus another's, paired by seed (same split, same labels), per
+    budget, with the comparison report's verdict (beyond the spread: |mean| > 2 SE, n >= 3)."""
+    contrasts = [("InfoCSE", "seed model"), ("InfoCSE++", "InfoCSE"), ("InfoCSE++", "seed model")]
+    if baseline:
+        contrasts.insert(1, ("InfoCSE", baseline))
+    lines = ["Paired by seed, test Recall@1 (first minus second; verdict as in reports/comparison.md):", "",
+             "| difference | " + " | ".join(f"{b} labels" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
+    for first, second in contrasts:
+        cells = []
+        for budget in budgets:
+            other = {c["seed"]: c for c in mine if c["start"] == second and c["budget"] == budget}
+            deltas = [c["test"]["recall@1"] - other[c["seed"]]["test"]["recall@1"]
+                      for c in mine if c["start"] == first and c["budget"] == budget and c["seed"] in other]
+            text, verdict = delta_verdict(deltas)
+            cells.append(text if text == "–" else f"{text}: {verdict}")
+        lines.append(f"| {first} − {second} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def render(cells: list[dict]) -> str:
     lines = ["# Few-shot fine-tuning: seed model, best baseline, InfoCSE, InfoCSE++", "",
              "Made by `python -m scripts.compare_fewshot`. Cell: test Recall@1 / MRR@10 after fine-tuning, mean ± sd "
@@ -108,7 +129,7 @@ def render(cells: list[dict]) -> str:
             label = f"best baseline: {start}" if start == baseline else start
             lines.append(f"| {label} | " + " | ".join(
                 cell_text([c for c in mine if c["start"] == start and c["budget"] == b]) for b in budgets) + " |")
-        lines.append("")
+        lines += ["", *paired_differences(mine, budgets, baseline)]
     return "\n".join(lines)
 
 
@@ -117,6 +138,7 @@ def plot_rounds(cells: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     figure, axis = plt.subplots(figsize=(6, 4))
     for corpus, budget in sorted({(c["corpus"], c["budget"]) for c in cells if c.get("curve")}):
@@ -124,6 +146,7 @@ def plot_rounds(cells: list[dict], path: Path) -> None:
         rounds = sorted({point["round"] for curve in curves for point in curve})
         means = [statistics.mean(p["val"]["mrr@10"] for curve in curves for p in curve if p["round"] == r) for r in rounds]
         axis.plot(rounds, means, marker="o", label=f"{corpus}, {budget} labels (n={len(curves)})")
+    axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axis.set_xlabel("InfoCSE++ round")
     axis.set_ylabel("fine-tuned val mrr@10")
     axis.set_title("InfoCSE++ round by round (mean over runs)")

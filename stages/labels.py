@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from stages.common import DOCUMENTS, StageError, load_params, positive_int, run_stage, write_json, write_parquet
-from stages.prepare import read_jsonl
+from stages.prepare import read_table, require_columns
 
 LABELS = Path("data/labels/pairs.parquet")
 LABEL_COLUMNS = ["pair_id", "query", "positive"]
@@ -32,16 +32,8 @@ def read_labelled_pairs(path: Path) -> pd.DataFrame:
     """A user's labelled pairs: Parquet or JSONL with `query` and `positive` (optional `id`)."""
     if not path.is_file():
         raise StageError(f"labelled pairs {str(path)!r}: no such file (params `finetune.path`)")
-    if path.suffix in (".jsonl", ".json"):
-        frame = read_jsonl(path)
-    else:
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as error:
-            raise StageError(f"{path}: not a readable Parquet or JSONL file ({error})") from error
-    missing = [column for column in ("query", "positive") if column not in frame.columns]
-    if missing:
-        raise StageError(f"{path}: missing column(s) {missing}; labelled pairs need `query` and `positive`")
+    frame = read_table(path, jsonl=path.suffix in (".jsonl", ".json"))
+    require_columns(frame, path, ("query", "positive"), "labelled pairs need `query` and `positive`")
     frame = frame.dropna(subset=["query", "positive"])
     ids = frame["id"].astype(str) if "id" in frame else pd.Series(np.arange(len(frame)).astype(str), index=frame.index)
     return pd.DataFrame({"pair_id": ids.to_numpy(), "query": frame["query"].astype(str).to_numpy(),

@@ -77,6 +77,22 @@ def read_text_folder(path: Path, title_first_line: bool) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["id", "title", "text"])
 
 
+def read_table(path: Path, jsonl: bool) -> pd.DataFrame:
+    """A user's JSONL or Parquet file as a frame, or one clear error."""
+    if jsonl:
+        return read_jsonl(path)
+    try:
+        return pd.read_parquet(path)
+    except Exception as error:
+        raise StageError(f"{path}: not a readable Parquet file ({error})") from error
+
+
+def require_columns(frame: pd.DataFrame, path: Path, columns: tuple[str, ...], hint: str) -> None:
+    missing = [column for column in columns if column not in frame.columns]
+    if missing:
+        raise StageError(f"{path}: missing column(s) {missing}; {hint}")
+
+
 def read_user_corpus(source: str, path: Path, title_first_line: bool) -> pd.DataFrame:
     """A user's corpus: JSONL or Parquet with `id` and `text` (optional `title`, `category`), or .txt files."""
     if not path.exists():
@@ -85,18 +101,11 @@ def read_user_corpus(source: str, path: Path, title_first_line: bool) -> pd.Data
         if not path.is_dir():
             raise StageError(f"corpus source `txt` needs a folder of .txt files, got {str(path)!r}")
         frame = read_text_folder(path, title_first_line)
-    elif source == "jsonl":
-        frame = read_jsonl(path)
     else:
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as error:
-            raise StageError(f"{path}: not a readable Parquet file ({error})") from error
+        frame = read_table(path, jsonl=source == "jsonl")
     if frame.empty:
         raise StageError(f"{path}: the corpus has no documents")
-    missing = [column for column in ("id", "text") if column not in frame.columns]
-    if missing:
-        raise StageError(f"{path}: missing column(s) {missing}; a corpus needs `id` and `text` (optional `title`, `category`)")
+    require_columns(frame, path, ("id", "text"), "a corpus needs `id` and `text` (optional `title`, `category`)")
     ids = frame["id"].astype(str)
     if ids.duplicated().any():
         raise StageError(f"{path}: duplicate document id {ids[ids.duplicated()].iloc[0]!r}")

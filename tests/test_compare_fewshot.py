@@ -54,3 +54,15 @@ def test_other_fine_tuning_protocols_are_left_out():
     other = run(0, 100, f0=scores(0.5, 0.5), best=scores(0.5, 0.5))
     other["params"]["params.yaml"]["data"]["finetune"]["learning_rate"] = 1.0
     assert collect(show_of(("x", other)), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}}) == []
+
+
+def test_paired_differences_by_seed_with_a_verdict():
+    """InfoCSE - seed model per seed at 100 labels: +0.02, +0.03, +0.04 -> beyond the spread; at 300
+    labels one run only -> too few runs to tell."""
+    runs = [(f"s{seed}", run(seed, 100, f0=scores(0.50 + seed / 100, 0.5), best=scores(0.52 + 2 * seed / 100, 0.5)))
+            for seed in range(3)]
+    runs.append(("s0-300", run(0, 300, f0=scores(0.60, 0.5), best=scores(0.58, 0.5))))
+    text = render(collect(show_of(*runs), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}}))
+    row = next(line for line in text.splitlines() if line.startswith("| InfoCSE − seed model"))
+    assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in row
+    assert "-0.020 (0/1 > 0): n=1: too few runs to tell" in row
