@@ -8,9 +8,10 @@
 #
 # For seeds 0 1 2 and each label budget (default 100 300 all; the few-shot pool holds 836 BBC
 # documents, 341 man pages): the seed model, InfoCSE and InfoCSE++ (up to ROUNDS rounds, default 3)
-# in one run each, and the baseline's one round. Runs are queued budget by budget, so the smallest
-# budget is complete over all seeds first. The unlabelled stages of one seed are computed once and
-# restored from DVC's run cache for every other budget. Override with the environment:
+# in one run each, and the baseline's one round. Runs are queued budget by budget (InfoCSE runs,
+# then baseline runs), so the smallest budget is complete over all seeds first. The unlabelled
+# stages of one seed are computed once and restored from DVC's run cache for every other budget.
+# Override with the environment:
 #
 #   BUDGETS="100 all" ROUNDS=2 bash scripts/queue_fewshot.sh conpono manpages
 set -euo pipefail
@@ -23,6 +24,8 @@ for labels in "${budgets[@]}"; do
   for seed in 0 1 2; do
     dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds"
+  done
+  for seed in 0 1 2; do
     dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0
   done
