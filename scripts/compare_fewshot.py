@@ -93,19 +93,19 @@ def cell_text(group: list[dict]) -> str:
     return " / ".join(parts) + f" (n={len(group)})"
 
 
-def paired_differences(mine: list[dict], budgets: list[str], baseline: str | None) -> list[str]:
-    """Test R@1 of one starting point minus another's, paired by seed (same split, same labels), per
-    budget, with the comparison report's verdict (beyond the spread: |mean| > 2 SE, n >= 3)."""
+def paired_differences(mine: list[dict], budgets: list[str], baseline: str | None, metric: str) -> list[str]:
+    """Test `metric` of one starting point minus another's, paired by seed (same split, same labels),
+    per budget, with the comparison report's verdict (beyond the spread: |mean| > 2 SE, n >= 3)."""
     contrasts = [("InfoCSE", "seed model"), ("InfoCSE++", "InfoCSE"), ("InfoCSE++", "seed model")]
     if baseline:
-        contrasts.insert(1, ("InfoCSE", baseline))
-    lines = ["Paired by seed, test Recall@1 (first minus second; verdict as in reports/comparison.md):", "",
+        contrasts[1:1] = [("InfoCSE", baseline), ("InfoCSE++", baseline)]
+    lines = [f"Paired by seed, test {metric} (first minus second; verdict as in reports/comparison.md):", "",
              "| difference | " + " | ".join(f"{b} labels" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
     for first, second in contrasts:
         cells = []
         for budget in budgets:
             other = {c["seed"]: c for c in mine if c["start"] == second and c["budget"] == budget}
-            deltas = [c["test"]["recall@1"] - other[c["seed"]]["test"]["recall@1"]
+            deltas = [c["test"][metric] - other[c["seed"]]["test"][metric]
                       for c in mine if c["start"] == first and c["budget"] == budget and c["seed"] in other]
             text, verdict = delta_verdict(deltas)
             cells.append(text if text == "–" else f"{text}: {verdict}")
@@ -117,7 +117,13 @@ def render(cells: list[dict]) -> str:
     lines = ["# Few-shot fine-tuning: seed model, best baseline, InfoCSE, InfoCSE++", "",
              "Made by `python -m scripts.compare_fewshot`. Cell: test Recall@1 / MRR@10 after fine-tuning, mean ± sd "
              "over runs (each run has its own `seed`: label split, label sample and training). The best baseline is "
-             "picked by validation MRR@10; nothing is chosen by test.", ""]
+             "picked by validation MRR@10; nothing is chosen by test.", "",
+             "- seed model / best baseline: that model fine-tuned (`finetune@f0` of its run).",
+             "- InfoCSE: the InfoCSE model chosen by validation, fine-tuned (`finetune@best`, InfoCSE++ round 1).",
+             "- InfoCSE++: the fine-tuned round chosen by validation (`metrics/plusplus.json`); each later round runs "
+             "InfoCSE from the previous round's fine-tuned model, then fine-tunes again, until validation stops "
+             "improving or `plusplus.max_rounds`. Round 1 can be chosen, so InfoCSE++ equals InfoCSE where "
+             "round 2 did not help on validation.", ""]
     for corpus in sorted({c["corpus"] for c in cells}):
         mine = [c for c in cells if c["corpus"] == corpus]
         budgets = sorted({c["budget"] for c in mine}, key=lambda b: (b == "all", int(b) if b.isdigit() else 0))
@@ -129,7 +135,9 @@ def render(cells: list[dict]) -> str:
             label = f"best baseline: {start}" if start == baseline else start
             lines.append(f"| {label} | " + " | ".join(
                 cell_text([c for c in mine if c["start"] == start and c["budget"] == b]) for b in budgets) + " |")
-        lines += ["", *paired_differences(mine, budgets, baseline)]
+        lines.append("")
+        for metric in METRICS:
+            lines += paired_differences(mine, budgets, baseline, metric)
     return "\n".join(lines)
 
 

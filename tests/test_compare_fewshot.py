@@ -63,6 +63,7 @@ def test_paired_differences_by_seed_with_a_verdict():
             for seed in range(3)]
     runs.append(("s0-300", run(0, 300, f0=scores(0.60, 0.5), best=scores(0.58, 0.5))))
     text = render(collect(show_of(*runs), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}}))
-    row = next(line for line in text.splitlines() if line.startswith("| InfoCSE − seed model"))
-    assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in row
-    assert "-0.020 (0/1 > 0): n=1: too few runs to tell" in row
+    recall, mrr = [line for line in text.splitlines() if line.startswith("| InfoCSE − seed model")]
+    assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in recall
+    assert "-0.020 (0/1 > 0): n=1: too few runs to tell" in recall
+    assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in mrr  # scores(): MRR = R@1 + 0.1
