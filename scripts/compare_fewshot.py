@@ -56,8 +56,19 @@ def run_cells(run: dict) -> list[dict]:
     plusplus = metrics.get("metrics/plusplus.json")
     if plusplus and "test" in plusplus and (params.get("plusplus") or {}).get("max_rounds", 1) > 1 and init == "none":
         cells.append({**base, "start": "InfoCSE++", "val": plusplus["val"], "test": plusplus["test"],
-                      "curve": plusplus.get("curve", [])})
+                      "curve": plusplus_curve(metrics)})
     return cells
+
+
+def plusplus_curve(metrics: dict) -> list[dict]:
+    """Fine-tuned val/test per InfoCSE++ round that ran, from the rounds' own metrics files (DVC
+    drops lists, such as the curve in metrics/plusplus.json, from `exp show`)."""
+    rounds = {1: metrics.get("metrics/finetuned/best.json")}
+    for path, value in metrics.items():
+        if path.startswith("metrics/finetuned/round-") and path.endswith(".json"):
+            rounds[int(path.removeprefix("metrics/finetuned/round-").removesuffix(".json"))] = value
+    return [{"round": number, "val": value["val"], "test": value["test"]} for number, value in sorted(rounds.items())
+            if value and not value.get("stopped") and "val" in value]
 
 
 def collect(show: list[dict], current: dict, unfinished: set[str] = frozenset()) -> list[dict]:
@@ -152,11 +163,13 @@ def plot_rounds(cells: list[dict], path: Path) -> None:
     for corpus, budget in sorted({(c["corpus"], c["budget"]) for c in cells if c.get("curve")}):
         curves = [c["curve"] for c in cells if c.get("curve") and c["corpus"] == corpus and c["budget"] == budget]
         rounds = sorted({point["round"] for curve in curves for point in curve})
-        means = [statistics.mean(p["val"]["mrr@10"] for curve in curves for p in curve if p["round"] == r) for r in rounds]
-        axis.plot(rounds, means, marker="o", label=f"{corpus}, {budget} labels (n={len(curves)})")
+        for split, style in (("val", "-"), ("test", "--")):
+            means = [statistics.mean(p[split]["mrr@10"] for curve in curves for p in curve if p["round"] == r)
+                     for r in rounds]
+            axis.plot(rounds, means, style, marker="o", label=f"{corpus}, {budget} labels, {split} (n={len(curves)})")
     axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axis.set_xlabel("InfoCSE++ round")
-    axis.set_ylabel("fine-tuned val mrr@10")
+    axis.set_ylabel("fine-tuned mrr@10")
     axis.set_title("InfoCSE++ round by round (mean over runs)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=7)

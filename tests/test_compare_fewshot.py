@@ -21,8 +21,10 @@ def run(seed: int, labels, init: str = "none", max_iterations="all", max_rounds:
     for path, value in (("f0", f0), ("best", best)):
         if value:
             metrics[f"metrics/finetuned/{path}.json"] = {"data": value}
-    if plusplus:
-        metrics["metrics/plusplus.json"] = {"data": {**plusplus, "curve": [{"round": 1, **best}, {"round": 2, **plusplus}]}}
+    if plusplus:  # as `dvc exp show` gives them: the curve's list is dropped, the round files stay
+        metrics["metrics/plusplus.json"] = {"data": plusplus}
+        metrics["metrics/finetuned/round-2.json"] = {"data": {**plusplus, "round": 2, "stopped": False}}
+        metrics["metrics/finetuned/round-3.json"] = {"data": {"round": 3, "stopped": True}}
     params = {**PROTOCOL, "seed": seed, "corpus": {"source": "bbc"}, "init": {"method": init},
               "loop": {"max_iterations": max_iterations}, "finetune": {**FINETUNE, "labels": labels},
               "plusplus": {"max_rounds": max_rounds}}
@@ -67,3 +69,11 @@ def test_paired_differences_by_seed_with_a_verdict():
     assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in recall
     assert "-0.020 (0/1 > 0): n=1: too few runs to tell" in recall
     assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in mrr  # scores(): MRR = R@1 + 0.1
+
+
+def test_plusplus_curve_from_the_round_files():
+    """Round 1 = finetune@best, round 2 ran, round 3 was skipped by the stop rule."""
+    cells = collect(show_of(("s0", run(0, 100, f0=scores(0.5, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6),
+                                       max_rounds=3))), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}})
+    (plusplus,) = [c for c in cells if c["start"] == "InfoCSE++"]
+    assert [(p["round"], p["val"]["mrr@10"]) for p in plusplus["curve"]] == [(1, 0.5), (2, 0.6)]
