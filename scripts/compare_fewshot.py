@@ -109,7 +109,7 @@ def paired_differences(mine: list[dict], budgets: list[str], baseline: str | Non
     per budget, with the comparison report's verdict (beyond the spread: |mean| > 2 SE, n >= 3)."""
     contrasts = [("InfoCSE", "seed model"), ("InfoCSE++", "InfoCSE"), ("InfoCSE++", "seed model")]
     if baseline:
-        contrasts[1:1] = [("InfoCSE", baseline), ("InfoCSE++", baseline)]
+        contrasts[1:1] = [(baseline, "seed model"), ("InfoCSE", baseline), ("InfoCSE++", baseline)]
     lines = [f"Paired by seed, test {metric} (first minus second; verdict as in reports/comparison.md):", "",
              "| difference | " + " | ".join(f"{b} labels" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
     for first, second in contrasts:
