@@ -8,8 +8,9 @@
 #
 # For seeds 0 1 2 and each label budget (default 100 300 all; the few-shot pool holds 836 BBC
 # documents, 341 man pages): the seed model, InfoCSE and InfoCSE++ (up to ROUNDS rounds, default 3)
-# in one run each, and the baseline's one round. Runs are queued budget by budget (InfoCSE runs,
-# then baseline runs), so the smallest budget is complete over all seeds first. The unlabelled
+# in one run each, and the baseline's one round. Runs are queued budget by budget and, within a
+# budget, seed by seed (InfoCSE run, then baseline run), so a queue stopped early still leaves
+# complete pairs to compare. The unlabelled
 # stages of one seed are computed once and restored from DVC's run cache for every other budget.
 # Override with the environment:
 #
@@ -24,8 +25,6 @@ for labels in "${budgets[@]}"; do
   for seed in 0 1 2; do
     dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds"
-  done
-  for seed in 0 1 2; do
     dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0
   done
