@@ -52,6 +52,23 @@ def test_starting_points_budgets_and_the_best_baseline_by_validation():
     assert "| start | 100 labels | 300 labels |" in text
 
 
+def test_the_best_baseline_is_scored_on_the_budgets_and_seeds_every_candidate_has():
+    current = {**PROTOCOL, "finetune": {**FINETUNE, "labels": 300}}
+    # ICT's one run at "all" labels scores higher than anything at 100 labels, but CONPONO and ICT
+    # share only seed 0 at 100 labels, where CONPONO is better
+    shared = [("c0", run(0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60))),
+              ("c1", run(1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.50))),
+              ("i0", run(0, 100, init="ict", max_iterations=0, f0=scores(0.5, 0.55))),
+              ("i-all", run(0, "all", init="ict", max_iterations=0, f0=scores(0.5, 0.95)))]
+    assert best_baseline(collect(show_of(*shared), current), "bbc") == "CONPONO"
+    # no shared run: the baseline run at more budgets and seeds is the candidate
+    apart = [("c0", run(0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60))),
+             ("c1", run(1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60))),
+             ("m", run(0, 300, init="mirror", max_iterations=0, f0=scores(0.5, 0.90)))]
+    assert best_baseline(collect(show_of(*apart), current), "bbc") == "CONPONO"
+    assert best_baseline(collect(show_of(*apart[2:]), current), "bbc") == "Mirror-BERT"
+
+
 def test_other_fine_tuning_protocols_are_left_out():
     other = run(0, 100, f0=scores(0.5, 0.5), best=scores(0.5, 0.5))
     other["params"]["params.yaml"]["data"]["finetune"]["learning_rate"] = 1.0
