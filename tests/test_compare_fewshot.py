@@ -67,6 +67,8 @@ def test_the_best_baseline_is_scored_on_the_budgets_and_seeds_every_candidate_ha
              ("m", run(0, 300, init="mirror", max_iterations=0, f0=scores(0.5, 0.90)))]
     assert best_baseline(collect(show_of(*apart), current), "bbc") == "CONPONO"
     assert best_baseline(collect(show_of(*apart[2:]), current), "bbc") == "Mirror-BERT"
+    # the report has no column for the budget only the baseline left out was run with
+    assert "| start | 100 labels |\n" in render(collect(show_of(*apart), current))
 
 
 def test_other_fine_tuning_protocols_are_left_out():
