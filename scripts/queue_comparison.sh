@@ -7,8 +7,8 @@
 #   python -m scripts.compare_experiments
 #
 # main:      for seeds 0 1 2: the seed model + InfoCSE (init none), and one round of SimCSE, CONPONO, ICT
-# ablations: seed 0: Mirror-BERT, ConSERT, IDC K-means, K=2, K=3, InfoCSE from each init
-#            (conpono, simcse, ict), round 1 mined by all-mpnet-base-v2
+# ablations: seed 0: Mirror-BERT, ConSERT, K=2, K=3, InfoCSE from each init (conpono, simcse,
+#            ict), round 1 mined by all-mpnet-base-v2; seeds 0 1 2: IDC K-means
 # Each experiment is named <corpus>-<row>-s<seed>; an existing name is replaced (--force).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +38,9 @@ for corpus in "${corpora[@]}"; do
     for method in mirror consert; do
       queue "$short-$method-s0" "corpus.source=$corpus" "seed=0" "init.method=$method" "loop.max_iterations=0"
     done
-    queue "$short-kmeans-s0" "corpus.source=$corpus" "seed=0" "idc.method=kmeans"
+    for seed in 0 1 2; do  # the one ablation run over three seeds
+      queue "$short-kmeans-s$seed" "corpus.source=$corpus" "seed=$seed" "idc.method=kmeans"
+    done
     for k in 2 3; do
       queue "$short-k$k-s0" "corpus.source=$corpus" "seed=0" "idc.k=$k"
     done
