@@ -16,6 +16,7 @@ set_name="${1:-main}"
 shift || true
 corpora=("${@:-bbc manpages}")
 corpora=(${corpora[@]})
+seeds=(0 1 2)  # the main table's runs, and the K-means ablation's
 
 queue() {  # queue NAME PARAM...
   local name="$1"; shift
@@ -27,7 +28,7 @@ queue() {  # queue NAME PARAM...
 for corpus in "${corpora[@]}"; do
   short="${corpus:0:3}"
   if [[ "$set_name" == main || "$set_name" == all ]]; then
-    for seed in 0 1 2; do
+    for seed in "${seeds[@]}"; do
       queue "$short-infocse-s$seed" "corpus.source=$corpus" "seed=$seed"
       for method in simcse conpono ict; do
         queue "$short-$method-s$seed" "corpus.source=$corpus" "seed=$seed" "init.method=$method" "loop.max_iterations=0"
@@ -38,7 +39,7 @@ for corpus in "${corpora[@]}"; do
     for method in mirror consert; do
       queue "$short-$method-s0" "corpus.source=$corpus" "seed=0" "init.method=$method" "loop.max_iterations=0"
     done
-    for seed in 0 1 2; do  # the one ablation run over three seeds
+    for seed in "${seeds[@]}"; do
       queue "$short-kmeans-s$seed" "corpus.source=$corpus" "seed=$seed" "idc.method=kmeans"
     done
     for k in 2 3; do
