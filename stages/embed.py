@@ -1,8 +1,6 @@
-"""embed@t: encode every training sentence with model t-1 (L2-normalised), cached as an output.
-
-Round 1 may be mined by another model than f_0 (`idc.first_round_annotator`, see stages/annotator.py).
-`engine.name: ray` encodes with a pool of Ray model actors instead (stages/ray_engine.py), same output.
-"""
+"""embed@t: every training sentence encoded by model t-1 (L2-normalised) ->
+data/iterations/iter-t/embeddings.npy. Round 1 may be mined by a separate annotator model
+(`idc.first_round_annotator`); `engine.name: ray` encodes with Ray model actors, same output."""
 
 from __future__ import annotations
 
@@ -13,30 +11,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stages.common import (
-    ANNOTATOR_MODEL,
-    SENTENCES,
-    IterationPaths,
-    iteration_is_active,
-    load_model,
-    load_params,
-    positive_int,
-    run_stage,
-    save_numpy,
-    write_json,
-)
-from stages.ray_engine import embed_with_ray, engine_settings
+from infocse.config import Config, load_config
+from infocse.embedding import embed_sentences
+from infocse.errors import run_stage
+from infocse.io import save_numpy, write_json
+from infocse.loop import iteration_is_active
+from infocse.models import CURRENT, load_model
+from infocse.paths import ANNOTATOR_MODEL, SENTENCES, IterationPaths
 
 
-def embed_sentences(model, texts: list[str], batch_size: int, show_progress_bar: bool = True) -> np.ndarray:
-    """Unit-length float32 embeddings, one row per text, in input order."""
-    return model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                        show_progress_bar=show_progress_bar).astype(np.float32)
-
-
-def mining_model_path(params: dict, t: int) -> Path:
+def mining_model(config: Config, t: int) -> Path:
     """Model t-1, except in round 1 when a separate first-round annotator is set."""
-    if t == 1 and str(params["idc"].get("first_round_annotator") or "current") != "current":
+    if t == 1 and config.idc.first_round_annotator != CURRENT:
         return ANNOTATOR_MODEL
     return IterationPaths(t - 1).model
 
@@ -45,19 +31,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--iteration", type=int, required=True)
     t = parser.parse_args().iteration
-    params = load_params()
+    config = load_config()
     paths = IterationPaths(t)
-    engine = engine_settings(params)
     started = time.perf_counter()
-    active = iteration_is_active(params, t)
-    if active and engine.name == "ray":  # writes the output as it goes
-        sentences = embed_with_ray(engine, params, mining_model_path(params, t), paths.embeddings)
+    active = iteration_is_active(config, t)
+    if active and config.engine.name == "ray":  # writes the output as it goes
+        from infocse.engines.ray import embed_with_ray
+
+        sentences = embed_with_ray(config, mining_model(config, t), paths.embeddings)
         seconds = time.perf_counter() - started
     else:
         if active:
             texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
-            model = load_model(mining_model_path(params, t), params.get("device"), params["embed"]["max_seq_length"])
-            embeddings = embed_sentences(model, texts, positive_int(params, "embed.batch_size"))
+            model = load_model(mining_model(config, t), config.device, config.embed.max_seq_length)
+            embeddings = embed_sentences(model, texts, config.embed.batch_size)
         else:
             print(f"iteration {t}: skipped (the loop stopped)")
             embeddings = np.empty((0, 0), np.float32)

@@ -1,28 +1,22 @@
 """select: the best iteration by the validation metric -> models/best and metrics/best.json.
 
-The early-stopping state that evaluate@t carries already names the best iteration; iterations
-after the stop did no work and cannot be chosen.
+The loop state that evaluate@t carries already names the best iteration; iterations after the
+stop did no work and cannot be chosen.
 """
 
 from __future__ import annotations
 
 import shutil
 
-from stages.common import (
-    BEST_MODEL,
-    IterationPaths,
-    atomic_output,
-    iteration_numbers,
-    load_params,
-    read_json,
-    run_stage,
-    write_json,
-)
+from infocse.config import load_config
+from infocse.errors import run_stage
+from infocse.io import atomic_output, read_json, write_json
+from infocse.paths import BEST_METRICS, BEST_MODEL, IterationPaths
 
 
 def main() -> None:
-    params = load_params()
-    states = [read_json(IterationPaths(t).state) for t in [0, *iteration_numbers(params)]]
+    config = load_config()
+    states = [read_json(IterationPaths(t).retrieval) for t in [0, *config.iterations]]
     best = states[-1]["best_iteration"]
     with atomic_output(BEST_MODEL) as tmp:
         shutil.copytree(IterationPaths(best).model, tmp)
@@ -31,7 +25,7 @@ def main() -> None:
                "test": chosen.get("test", {}),
                "iterations_run": sum(not state["stopped"] for state in states) - 1,
                "test_delta_vs_seed": {name: value - seed["test"][name] for name, value in chosen.get("test", {}).items()}}
-    write_json("metrics/best.json", summary)
+    write_json(BEST_METRICS, summary)
     print(f"best: iteration {best} ({chosen['val_metric']} on val {chosen['best_score']})")
 
 

@@ -1,26 +1,19 @@
-"""select_plusplus: the best fine-tuned InfoCSE++ round by validation -> models/plusplus/best,
+"""select_plusplus: the best fine-tuned InfoCSE++ round by validation -> models/plusplus/best and
 metrics/plusplus.json (with the round-by-round curve)."""
 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-from stages.common import atomic_output, load_params, read_json, run_stage, write_json
-from stages.finetune import finetuned_metrics, finetuned_model
-from stages.plusplus import round_chain
-
-PLUSPLUS_MODEL = Path("models/plusplus/best")
-
-
-def round_names(params: dict) -> dict[int, str]:
-    """{round: its fine-tuned model's name}: round 1 is finetune@best."""
-    return {1: "best", **{number: f"round-{number}" for number in round_chain(params)}}
+from infocse.config import load_config
+from infocse.errors import run_stage
+from infocse.io import atomic_output, read_json, write_json
+from infocse.paths import PLUSPLUS_METRICS, PLUSPLUS_MODEL, finetuned_metrics, finetuned_model
+from infocse.plusplus import round_names
 
 
 def main() -> None:
-    params = load_params()
-    names = round_names(params)
+    names = round_names(load_config())
     states = {number: read_json(finetuned_metrics(name)) for number, name in names.items()}
     best = states[max(states)]["best_iteration"]
     with atomic_output(PLUSPLUS_MODEL) as tmp:
@@ -28,9 +21,9 @@ def main() -> None:
     curve = [{"round": number, "val": state.get("val", {}), "test": state.get("test", {})}
              for number, state in sorted(states.items()) if not state["stopped"]]
     chosen = states[best]
-    write_json("metrics/plusplus.json", {"best_round": best, "rounds_run": len(curve), "val": chosen["val"],
-                                         "test": chosen["test"], "labels": chosen["labels"], "curve": curve})
-    print(f"InfoCSE++: best is round {best} of {len(curve)} (val {chosen['val_metric']} {chosen['best_score']})")
+    write_json(PLUSPLUS_METRICS, {"best_round": best, "rounds_run": len(curve), "val": chosen["val"],
+                                  "test": chosen["test"], "labels": chosen["labels"], "curve": curve})
+    print(f"InfoCSE++: best is round {best} of {len(curve)} (val {chosen.get('val_metric')} {chosen['best_score']})")
 
 
 if __name__ == "__main__":

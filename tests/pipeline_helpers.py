@@ -15,9 +15,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def make_project(dest: Path, overrides: dict) -> Path:
-    """A git + DVC project holding this repo's stages, dvc.yaml and params.yaml (deep-merged with overrides)."""
+    """A git + DVC project holding this repo's code, dvc.yaml and params.yaml (deep-merged with overrides)."""
     dest.mkdir(parents=True)
-    shutil.copytree(REPO / "stages", dest / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+    for code in [c for c in ("stages", "infocse") if (REPO / c).exists()]:
+        shutil.copytree(REPO / code, dest / code, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "corpus", dest / "corpus")
     for name in ("dvc.yaml", ".dvcignore"):
         shutil.copy(REPO / name, dest / name)

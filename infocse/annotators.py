@@ -1,6 +1,6 @@
 """Positive-pair annotators: the classic self-supervised baselines InfoCSE is compared against,
 also usable as initialisation rounds. Each turns the sentence table into a pair table
-(stages.cluster.PAIR_COLUMNS, `cluster` = -1):
+(infocse.pairs, `cluster` = -1):
 
 - simcse:  (s, s); dropout alone makes the two views differ (SimCSE).
 - mirror:  (s, s with a random span of words masked) (Mirror-BERT).
@@ -13,49 +13,24 @@ Pure functions of the table and a seed: all randomness comes from numpy.random.d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from stages.cluster import PAIR_COLUMNS, document_offsets
-from stages.common import StageError, positive_int
+from infocse.config import AnnotatorOptions, Budget
+from infocse.errors import StageError
+from infocse.pairs import cap_pairs, checked_document_codes, document_codes, document_offsets, pair_table, \
+    pair_table_statistics
 
 ANNOTATORS = ("simcse", "mirror", "consert", "ict", "conpono")
-PAIR_DTYPES = dict(zip(PAIR_COLUMNS, ["str", "int64", "int64", "int64", "str", "str"]))
 
 
 # ---------------------------------------------------------------- shared helpers
-def document_codes(sentences: pd.DataFrame) -> np.ndarray:
-    """Each row's document as a code, checking the table's layout: rows grouped by document and
-    positions running 0..n-1 in row order (so rows, not positions, can be counted on)."""
-    codes = pd.factorize(sentences["doc_id"], sort=False)[0]
-    offsets = document_offsets(codes)
-    sizes = np.diff(offsets)
-    expected = np.arange(len(codes)) - np.repeat(offsets[:-1], sizes)
-    if not np.array_equal(sentences["position"].to_numpy(), expected):
-        raise StageError("sentence positions must run 0..n-1 inside each document, in row order")
-    return codes
-
-
 def document_bounds(sentences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Each row's document as a row range [start, end)."""
-    offsets = document_offsets(document_codes(sentences))
+    offsets = document_offsets(checked_document_codes(sentences))
     sizes = np.diff(offsets)
     return np.repeat(offsets[:-1], sizes), np.repeat(offsets[1:], sizes)
-
-
-def pair_table(sentences: pd.DataFrame, rows: np.ndarray, sentence_b: np.ndarray, text_b: Sequence[str]) -> pd.DataFrame:
-    """The pair table for anchor rows `rows`, sorted by (sentence_a, sentence_b)."""
-    frame = pd.DataFrame({
-        "doc_id": sentences["doc_id"].to_numpy()[rows],
-        "sentence_a": sentences["sentence_id"].to_numpy()[rows],
-        "sentence_b": sentence_b,
-        "cluster": np.full(len(rows), -1),
-        "text_a": sentences["text"].to_numpy()[rows],
-        "text_b": np.asarray(text_b, dtype=object),
-    }, columns=PAIR_COLUMNS).astype(PAIR_DTYPES)
-    return frame.sort_values(["sentence_a", "sentence_b"], kind="stable").reset_index(drop=True)
 
 
 def split_words(sentences: pd.DataFrame) -> tuple[list[list[str]], np.ndarray]:
@@ -119,7 +94,7 @@ def ict_pairs(sentences: pd.DataFrame, context_sentences: int, remove_probabilit
 def conpono_pairs(sentences: pd.DataFrame, window: int) -> pd.DataFrame:
     """CONPONO-style neighbours: every pair of sentences of one document 1..`window` apart,
     once each, earlier sentence first."""
-    codes = document_codes(sentences)
+    codes = checked_document_codes(sentences)
     firsts, seconds = [], []
     for gap in range(1, min(window, len(codes) - 1) + 1):
         first = np.flatnonzero(codes[:-gap] == codes[gap:])
@@ -131,30 +106,26 @@ def conpono_pairs(sentences: pd.DataFrame, window: int) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- dispatch
-def option_int(options: dict, key: str) -> int:
-    return positive_int({"annotators": options}, f"annotators.{key}")
-
-
-def option_probability(options: dict, key: str) -> float:
-    if key not in options:
-        raise StageError(f"params `annotators.{key}` is missing")
-    value = options[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise StageError(f"params `annotators.{key}` must be a number in [0, 1], got {value!r}")
-    return float(value)
-
-
-def annotate(method: str, sentences: pd.DataFrame, options: dict, seed: int, mask_token: str = "[MASK]") -> pd.DataFrame:
-    """Run annotator `method`, reading only its own keys of `options` (checked first)."""
+def annotate(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, seed: int,
+             mask_token: str = "[MASK]") -> pd.DataFrame:
+    """Every candidate pair of annotator `method` (before the budget)."""
     if method == "simcse":
         return simcse_pairs(sentences)
     if method == "mirror":
-        return mirror_pairs(sentences, option_int(options, "mirror_span_words"), mask_token, seed)
+        return mirror_pairs(sentences, options.mirror_span_words, mask_token, seed)
     if method == "consert":
-        return consert_pairs(sentences, option_probability(options, "consert_cutoff"), seed)
+        return consert_pairs(sentences, options.consert_cutoff, seed)
     if method == "ict":
-        return ict_pairs(sentences, option_int(options, "ict_context_sentences"),
-                         option_probability(options, "ict_remove_probability"), seed)
+        return ict_pairs(sentences, options.ict_context_sentences, options.ict_remove_probability, seed)
     if method == "conpono":
-        return conpono_pairs(sentences, option_int(options, "conpono_window"))
+        return conpono_pairs(sentences, options.conpono_window)
     raise StageError(f"unknown annotator {method!r}: expected one of {', '.join(ANNOTATORS)}")
+
+
+def annotator_pairs(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, budget: Budget, seed: int,
+                    mask_token: str = "[MASK]") -> tuple[pd.DataFrame, dict]:
+    """One annotator's pairs, cut to the shared budget exactly as IDC's are, and their statistics."""
+    candidates = annotate(method, sentences, options, seed, mask_token)
+    kept = cap_pairs(document_codes(candidates["doc_id"]), budget, seed)
+    pairs = candidates.iloc[kept].reset_index(drop=True)
+    return pairs, {"method": method, "pairs_mined": int(len(candidates)), **pair_table_statistics(pairs)}

@@ -44,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from stages.common import StageError
+from infocse.errors import StageError
 
 PACKAGE = "manpages-dev"
 SYSTEM_ROOT = Path("/usr/share/man")

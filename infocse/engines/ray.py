@@ -15,7 +15,6 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,38 +22,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.common import SENTENCES, StageError, atomic_output, positive_int, save_numpy
+from infocse.config import Config, EngineConfig
+from infocse.embedding import embed_sentences
+from infocse.errors import StageError
+from infocse.idc import idc_pair_table, partition_idc, rows_in_pairs
+from infocse.io import atomic_output, save_numpy
+from infocse.models import load_model
+from infocse.pairs import document_offsets
+from infocse.paths import SENTENCES
 
 RAY_VERSION = "2.60.0"  # the pin of requirements-ray.txt
-ENGINES = ("local", "ray")
-ENGINE_DEFAULTS = {"name": "local", "address": None, "partition_sentences": 50000, "actors": "auto"}
 # Ray's own retries (a crashed worker, a raised error): bounded, so a partition that always fails stops the stage.
 RETRIES = 3
-
-
-@dataclass(frozen=True)
-class Engine:
-    name: str
-    address: str | None
-    partition_sentences: int
-    actors: int | None  # None: one per GPU, or 1 without GPUs
-
-
-def engine_settings(params: dict) -> Engine:
-    """params `engine` (absent: the local engine), checked."""
-    raw = params.get("engine") or {}
-    if not isinstance(raw, dict):
-        raise StageError(f"params `engine` must be a mapping, got {raw!r}")
-    settings = {**ENGINE_DEFAULTS, **raw}
-    if settings["name"] not in ENGINES:
-        raise StageError(f"params `engine.name` must be one of {list(ENGINES)}, got {settings['name']!r}")
-    if settings["address"] is not None and not isinstance(settings["address"], str):
-        raise StageError(f"params `engine.address` must be an address or null, got {settings['address']!r}")
-    actors = settings["actors"]
-    if actors != "auto" and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
-        raise StageError(f'params `engine.actors` must be "auto" or an integer >= 1, got {actors!r}')
-    size = positive_int({"engine": settings}, "engine.partition_sentences")
-    return Engine(settings["name"], settings["address"] or None, size, None if actors == "auto" else actors)
 
 
 def import_ray():
@@ -68,7 +47,7 @@ def import_ray():
 
 
 @contextlib.contextmanager
-def ray_session(engine: Engine) -> Iterator:
+def ray_session(engine: EngineConfig) -> Iterator:
     """Connect to `engine.address` (else RAY_ADDRESS), or start a local Ray; reuse one already
     initialised (tests, notebooks) and shut down only what was started here."""
     ray = import_ray()
@@ -76,7 +55,7 @@ def ray_session(engine: Engine) -> Iterator:
     if started:
         address = engine.address or os.environ.get("RAY_ADDRESS")
         if address:  # workers elsewhere import this package from the upload
-            ray.init(address=address, runtime_env={"py_modules": [str(Path(__file__).resolve().parent)]})
+            ray.init(address=address, runtime_env={"py_modules": [str(Path(__file__).resolve().parents[1])]})
         else:  # "local": never attach to some other cluster left running on this machine
             ray.init(address="local", include_dashboard=False)
     try:
@@ -104,8 +83,6 @@ def document_codes(sentences_path: Path | str) -> np.ndarray:
 def plan_partitions(doc_codes: np.ndarray, size: int) -> np.ndarray:
     """Row bounds [0, b1, ..., n] of partitions of whole documents, each at most `size` sentences
     except a document bigger than `size`, which gets a partition of its own."""
-    from stages.cluster import document_offsets
-
     offsets = document_offsets(doc_codes)
     bounds = [0]
     while bounds[-1] < offsets[-1]:
@@ -159,42 +136,38 @@ class SentenceEncoder:
     """A Ray Data actor: loads the model once, then encodes whole partitions."""
 
     def __init__(self, model_path: str, device: str | None, max_seq_length: int, batch_size: int, sentences_path: str):
-        from stages.common import load_model
-
         self.model = load_model(model_path, device, max_seq_length)
         self.batch_size = batch_size
         self.sentences_path = sentences_path
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from stages.embed import embed_sentences
-
         rows = np.concatenate([np.arange(a, b) for a, b in zip(batch["start"], batch["stop"])])
         texts = [text for a, b in zip(batch["start"], batch["stop"])
                  for text in read_rows(self.sentences_path, int(a), int(b), ["text"]).column("text").to_pylist()]
         return {"row": rows, "embedding": embed_sentences(self.model, texts, self.batch_size, show_progress_bar=False)}
 
 
-def encoder_resources(ray, engine: Engine, device: str | None) -> tuple[int, float]:
+def encoder_resources(ray, engine: EngineConfig, device: str | None) -> tuple[int, float]:
     """(actors, GPUs per actor): `auto` is one actor per GPU of the cluster, or one without GPUs."""
     gpus = 0 if device == "cpu" else int(ray.cluster_resources().get("GPU", 0))
     actors = engine.actors or max(gpus, 1)
     return actors, (min(1.0, gpus / actors) if gpus else 0.0)
 
 
-def embed_with_ray(engine: Engine, params: dict, model_path: Path | str, dest: Path | str,
+def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
                    sentences_path: Path | str = SENTENCES) -> int:
     """Write the local engine's embeddings.npy (same rows, same order) from a pool of model actors,
     filling the output file partition by partition as results arrive; returns the sentence count."""
+    engine = config.engine
     doc_codes = document_codes(sentences_path)
     bounds = plan_partitions(doc_codes, engine.partition_sentences)
     if len(doc_codes) == 0:
         save_numpy(np.empty((0, 0), np.float32), dest)
         return 0
     with ray_session(engine) as ray:
-        actors, gpus = encoder_resources(ray, engine, params.get("device"))
-        encoder_args = {"model_path": str(Path(model_path).resolve()), "device": params.get("device"),
-                        "max_seq_length": params["embed"]["max_seq_length"],
-                        "batch_size": positive_int(params, "embed.batch_size"),
+        actors, gpus = encoder_resources(ray, engine, config.device)
+        encoder_args = {"model_path": str(Path(model_path).resolve()), "device": config.device,
+                        "max_seq_length": config.embed.max_seq_length, "batch_size": config.embed.batch_size,
                         "sentences_path": str(Path(sentences_path).resolve())}
         embedded = map_partitions(partition_dataset(ray, bounds), SentenceEncoder, fn_constructor_kwargs=encoder_args,
                                   compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus,
@@ -220,12 +193,10 @@ def embed_with_ray(engine: Engine, params: dict, model_path: Path | str, dest: P
 def mine_partition(batch: dict[str, np.ndarray], sentences_path: str, embeddings_path: str, k: int) -> pa.Table:
     """Partition IDC of one partition: its component labels (numbered from 0) and its pairs, as
     rows of the whole corpus."""
-    from stages.cluster import mine_positive_pairs
-
     (index,), (start,), (stop,) = batch["partition"], batch["start"], batch["stop"]
     doc_ids = read_rows(sentences_path, int(start), int(stop), ["doc_id"]).column("doc_id").to_pandas()
     embeddings = np.array(np.load(embeddings_path, mmap_mode="r")[start:stop])  # this partition only, in memory
-    labels, first, second = mine_positive_pairs(embeddings, pd.factorize(doc_ids, sort=False)[0], k)
+    labels, first, second = partition_idc(embeddings, pd.factorize(doc_ids, sort=False)[0], k)
     column = pa.large_list(pa.int64())
     return pa.table({"partition": [int(index)], "labels": pa.array([labels], column),
                      "first": pa.array([first + start], column), "second": pa.array([second + start], column)})
@@ -254,21 +225,16 @@ def gather_partitions(results, partitions: int) -> tuple[np.ndarray, np.ndarray,
     return tuple(np.concatenate([np.empty(0, np.int64), *parts]) for parts in (labels, firsts, seconds))
 
 
-def cluster_with_ray(engine: Engine, params: dict, embeddings_path: Path | str,
+def cluster_with_ray(config: Config, embeddings_path: Path | str,
                      sentences_path: Path | str = SENTENCES,
                      miner: Callable = mine_partition) -> tuple[pd.DataFrame, dict]:
-    """The local engine's pair table and statistics (`cluster_iteration`), mined partition by
+    """The local engine's pair table and statistics (`infocse.idc.cluster_sentences`), mined partition by
     partition; the pair budget is then applied to all pairs at once, exactly as locally.
     `miner` is the per-partition function (a parameter so a test can make it fail once)."""
-    from stages.cluster import IDC_METHODS, budget_caps, build_pair_table, cap_pairs, pair_statistics
-
-    method = params["idc"].get("method", "partition")
-    if method == "kmeans":
+    if config.idc.method == "kmeans":
         raise StageError("`idc.method: kmeans` fits one K-means over all sentences at once, so it runs on "
                          "the local engine only: set `engine.name: local`")
-    if method not in IDC_METHODS:
-        raise StageError(f"params `idc.method` must be one of {list(IDC_METHODS)}, got {method!r}")
-    k, caps, seed = positive_int(params, "idc.k"), budget_caps(params), int(params["seed"])
+    engine, k, seed = config.engine, config.idc.k, config.seed
     doc_codes = document_codes(sentences_path)
     embeddings = np.load(embeddings_path, mmap_mode="r")
     if len(embeddings) != len(doc_codes):
@@ -283,11 +249,8 @@ def cluster_with_ray(engine: Engine, params: dict, embeddings_path: Path | str,
                                  max_retries=RETRIES, retry_exceptions=True)
         labels, first, second = gather_partitions(results, len(bounds) - 1)
     seconds = time.perf_counter() - started
-    kept = cap_pairs(first, second, doc_codes, *caps, seed)
-    rows = np.unique(np.r_[first[kept], second[kept]])
+    rows = rows_in_pairs(first, second, doc_codes, config.budget, seed)
     subset = take_rows(sentences_path, rows, ["sentence_id", "doc_id", "text"])
-    pairs = build_pair_table(subset, labels[rows], np.searchsorted(rows, first[kept]),
-                             np.searchsorted(rows, second[kept]))
-    stats = pair_statistics(labels, first, doc_codes, pairs)
+    pairs, stats = idc_pair_table(subset, labels, first, second, doc_codes, config.budget, seed, rows=rows)
     stats.update({"idc_seconds": seconds, "partitions": len(bounds) - 1})
     return pairs, stats

@@ -1,0 +1,32 @@
+"""Few-shot fine-tuning on labelled (query, positive) pairs, then val/test retrieval scores.
+
+The same contrastive objective and trainer as the self-supervised rounds (symmetric in-batch
+negatives; here query -> positive), with its own settings in params `finetune`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from infocse.config import Config
+from infocse.loop import scored
+from infocse.models import sequence_length
+from infocse.training import train_on_pairs
+
+
+def finetune(model, labels: pd.DataFrame, config: Config, device: str) -> dict:
+    """Train `model` in place on the labelled pairs at `finetune.max_seq_length`."""
+    pairs = pd.DataFrame({"doc_id": labels["pair_id"], "text_a": labels["query"], "text_b": labels["positive"]})
+    training = config.finetune.training
+    with sequence_length(model, training.max_seq_length), tempfile.TemporaryDirectory() as scratch:
+        stats = train_on_pairs(model, pairs, training, config.seed, device, Path(scratch))
+    return {key: stats[key] for key in ("steps", "train_loss", "pairs_used")}
+
+
+def finetune_and_score(model, labels: pd.DataFrame, config: Config, device: str, documents: pd.DataFrame) -> dict:
+    """Fine-tune on `labels`, then score on val and test (at the evaluation length)."""
+    train = finetune(model, labels, config, device)
+    return {**scored(model, documents, config), "labels": len(labels), "train": train}

@@ -1,0 +1,110 @@
+"""The pair table every annotator writes and the trainer reads: schema, budget caps, statistics.
+
+Columns: doc_id, sentence_a, sentence_b (-1 when the positive is not a sentence of the table, as
+in ICT), cluster (-1 for the baselines), text_a, text_b; rows sorted by (sentence_a, sentence_b).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from infocse.config import Budget
+from infocse.errors import StageError
+
+PAIR_DTYPES = {"doc_id": "str", "sentence_a": "int64", "sentence_b": "int64", "cluster": "int64",
+               "text_a": "str", "text_b": "str"}
+PAIR_COLUMNS = list(PAIR_DTYPES)
+TOKEN = re.compile(r"\w+")
+
+
+def document_offsets(doc_codes: np.ndarray) -> np.ndarray:
+    """Start offsets of each document's rows (rows must be grouped by document), plus the end."""
+    if len(doc_codes) and np.any(np.diff(doc_codes) < 0):
+        raise StageError("sentences must be grouped by document, in document order")
+    starts = np.flatnonzero(np.r_[True, doc_codes[1:] != doc_codes[:-1]]) if len(doc_codes) else np.array([], int)
+    return np.r_[starts, len(doc_codes)].astype(np.int64)
+
+
+def document_codes(doc_ids: pd.Series | np.ndarray) -> np.ndarray:
+    """Each row's document as a code 0, 1, ... in order of first appearance."""
+    return pd.factorize(np.asarray(doc_ids), sort=False)[0].astype(np.int64)
+
+
+def checked_document_codes(sentences: pd.DataFrame) -> np.ndarray:
+    """Document codes of the sentence table, checking its layout: rows grouped by document and
+    positions running 0..n-1 in row order (so rows, not positions, can be counted on)."""
+    codes = document_codes(sentences["doc_id"])
+    offsets = document_offsets(codes)
+    sizes = np.diff(offsets)
+    expected = np.arange(len(codes)) - np.repeat(offsets[:-1], sizes)
+    if not np.array_equal(sentences["position"].to_numpy(), expected):
+        raise StageError("sentence positions must run 0..n-1 inside each document, in row order")
+    return codes
+
+
+def pair_table(sentences: pd.DataFrame, rows: np.ndarray, sentence_b: np.ndarray, text_b,
+               cluster: np.ndarray | None = None) -> pd.DataFrame:
+    """The pair table for anchor rows `rows` of the sentence table, sorted by (sentence_a, sentence_b)."""
+    frame = pd.DataFrame({
+        "doc_id": sentences["doc_id"].to_numpy()[rows],
+        "sentence_a": sentences["sentence_id"].to_numpy()[rows],
+        "sentence_b": np.asarray(sentence_b),
+        "cluster": np.full(len(rows), -1) if cluster is None else np.asarray(cluster),
+        "text_a": sentences["text"].to_numpy()[rows],
+        "text_b": np.asarray(text_b, dtype=object),
+    }, columns=PAIR_COLUMNS).astype(PAIR_DTYPES)
+    return frame.sort_values(["sentence_a", "sentence_b"], kind="stable").reset_index(drop=True)
+
+
+def empty_pair_table() -> pd.DataFrame:
+    return pd.DataFrame({column: pd.Series(dtype=dtype) for column, dtype in PAIR_DTYPES.items()})
+
+
+def cap_pairs(doc_codes: np.ndarray, budget: Budget, seed: int) -> np.ndarray:
+    """Indices of the pairs kept, given each pair's document: at most `max_pairs_per_document` per
+    document, then at most `max_pairs` in all, sampled uniformly with `seed` (pair counts grow
+    with the square of cluster size)."""
+    rng = np.random.default_rng(seed)
+    kept = np.arange(len(doc_codes))
+    if budget.max_pairs_per_document is not None and len(kept):
+        order = np.lexsort((rng.random(len(kept)), doc_codes))
+        docs_sorted = doc_codes[order]
+        starts = np.r_[0, np.flatnonzero(docs_sorted[1:] != docs_sorted[:-1]) + 1]
+        rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+        kept = np.sort(order[rank < budget.max_pairs_per_document])
+    if budget.max_pairs is not None and len(kept) > budget.max_pairs:
+        kept = np.sort(rng.choice(kept, size=budget.max_pairs, replace=False))
+    return kept
+
+
+def token_jaccard(text_a: str, text_b: str) -> float:
+    """Lexical overlap of a pair: the paper's 'trivial positives' made measurable."""
+    a, b = set(TOKEN.findall(text_a.lower())), set(TOKEN.findall(text_b.lower()))
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def pair_table_statistics(pairs: pd.DataFrame) -> dict:
+    """What any annotator's kept pairs look like: how many, from how many documents, how lexically alike."""
+    overlap = [token_jaccard(a, b) for a, b in zip(pairs["text_a"], pairs["text_b"])]
+    return {"pairs": int(len(pairs)), "documents_in_pairs": int(pairs["doc_id"].nunique()),
+            "mean_token_jaccard": float(np.mean(overlap)) if overlap else 0.0}
+
+
+def cluster_statistics(labels: np.ndarray, first: np.ndarray, doc_codes: np.ndarray) -> dict:
+    """IDC's clusters and mined pairs (before the budget): sizes and how concentrated the pairs are."""
+    sizes = np.bincount(labels)
+    clustered = sizes[sizes >= 2]
+    per_doc = np.sort(np.bincount(doc_codes[first], minlength=doc_codes.max() + 1 if len(doc_codes) else 0))[::-1]
+    top_tenth = per_doc[: max(1, int(np.ceil(len(per_doc) * 0.1)))].sum() if len(per_doc) else 0
+    return {
+        "sentences": int(len(labels)),
+        "clusters": int(len(clustered)),
+        "singletons": int((sizes == 1).sum()),
+        "mean_cluster_size": float(clustered.mean()) if len(clustered) else 0.0,
+        "max_cluster_size": int(clustered.max()) if len(clustered) else 0,
+        "pairs_mined": int(len(first)),
+        "share_of_pairs_from_top_10pct_documents": float(top_tenth / len(first)) if len(first) else 0.0,
+    }

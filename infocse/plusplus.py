@@ -1,0 +1,44 @@
+"""InfoCSE++: fine-tune, send the fine-tuned model back as InfoCSE's start, mine and train
+again, fine-tune again -- until the fine-tuned validation score stops improving.
+
+Round 1 is the main pipeline followed by fine-tuning its best model. Round r >= 2 starts from
+round r-1's fine-tuned model, runs the InfoCSE loop in one process (`infocse.loop.run_loop`, the
+same early stopping as the staged loop), then fine-tunes. Rounds are early-stopped on the
+fine-tuned validation metric with `plusplus.patience`, at most `plusplus.max_rounds`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from infocse.config import Config
+from infocse.finetune import finetune_and_score
+from infocse.loop import next_state, run_loop
+
+
+def round_names(config: Config) -> dict[int, str]:
+    """{round: its fine-tuned model's name}: round 1 is finetune@best, round r is `round-r`."""
+    return {1: "best", **{number: f"round-{number}" for number in config.plusplus.rounds}}
+
+
+def first_round_state(config: Config, score: float | None) -> dict:
+    """The InfoCSE++ state after round 1 (finetune@best), which later rounds continue from."""
+    state = next_state(None, 1, score, config.plusplus.patience)
+    state["continue"] = state["continue"] and config.plusplus.max_rounds > 1
+    return state
+
+
+def round_is_active(config: Config, number: int, previous_state: dict) -> bool:
+    return bool(previous_state["continue"]) and number <= config.plusplus.max_rounds
+
+
+def run_round(model, config: Config, number: int, previous_state: dict, sentences: pd.DataFrame,
+              documents: pd.DataFrame, labels: pd.DataFrame, device: str) -> dict:
+    """Round `number` on `model` (round r-1's fine-tuned model), in place: InfoCSE, then fine-tuning.
+    Returns the round's metrics and the InfoCSE++ state after it."""
+    history = run_loop(model, config, sentences, documents, device)
+    result = finetune_and_score(model, labels, config, device, documents)
+    state = next_state(previous_state, number, result["score"], config.plusplus.patience)
+    if number >= config.plusplus.max_rounds:
+        state["continue"] = False
+    return {"round": number, "stopped": False, "infocse": history, **result, **state}

@@ -1,0 +1,70 @@
+"""The evaluation protocol: title -> body retrieval, queries of one split against ALL bodies.
+
+Queries are the val or test titles; the candidates are every body of the corpus (not only the
+split's), encoded once per model. A query's gold is its own document's body. Per-query ranks are
+kept so the report can pair models query by query.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from infocse.config import EvaluateConfig
+
+CUTOFFS = (1, 5, 10)
+EVALUATED_SPLITS = ("val", "test")
+
+
+def gold_ranks(query_embeddings: np.ndarray, candidate_embeddings: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """0-based rank of each query's gold candidate: how many candidates score strictly higher."""
+    scores = query_embeddings @ candidate_embeddings.T
+    gold_scores = scores[np.arange(len(gold)), gold]
+    return (scores > gold_scores[:, None]).sum(axis=1).astype(np.int64)
+
+
+def per_query_scores(ranks: np.ndarray) -> dict[str, np.ndarray]:
+    """Each metric per query, for one relevant document per query."""
+    ranks = np.asarray(ranks)
+    scores = {f"recall@{k}": (ranks < k).astype(float) for k in CUTOFFS}
+    scores["mrr@10"] = np.where(ranks < 10, 1.0 / (ranks + 1), 0.0)
+    scores["ndcg@10"] = np.where(ranks < 10, 1.0 / np.log2(ranks + 2), 0.0)
+    return scores
+
+
+def retrieval_metrics(ranks: np.ndarray) -> dict[str, float]:
+    return {name: float(values.mean()) for name, values in per_query_scores(ranks).items()}
+
+
+def evaluation_queries(documents: pd.DataFrame) -> pd.DataFrame:
+    """The val and test documents that have a title: their titles are the queries."""
+    return documents[documents["split"].isin(EVALUATED_SPLITS) & documents["title"].notna()]
+
+
+def empty_ranks() -> pd.DataFrame:
+    return pd.DataFrame({"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})
+
+
+def rank_queries(model, documents: pd.DataFrame, batch_size: int) -> pd.DataFrame:
+    """Rank of each val and test query's gold body among all bodies of `documents`."""
+    queries = evaluation_queries(documents)
+    if queries.empty:
+        return empty_ranks()
+    encode = dict(batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=True)
+    candidates = model.encode(documents["body"].tolist(), **encode)
+    query_embeddings = model.encode(queries["title"].tolist(), **encode)
+    ranks = gold_ranks(query_embeddings, candidates, documents.index.get_indexer(queries.index))
+    return pd.DataFrame({"doc_id": queries["doc_id"].to_numpy(), "split": queries["split"].to_numpy(), "rank": ranks})
+
+
+def score_model(model, documents: pd.DataFrame, evaluate: EvaluateConfig) -> tuple[dict, pd.DataFrame]:
+    """Val and test metrics of `model` and the per-query ranks; `score` is the validation metric,
+    None when there are no val queries (a corpus without titles, or a split too small)."""
+    ranks = rank_queries(model, documents, evaluate.batch_size)
+    result = {"val_metric": evaluate.metric, "candidates": len(documents)}
+    for split in EVALUATED_SPLITS:
+        split_ranks = ranks.loc[ranks["split"] == split, "rank"].to_numpy()
+        result[split] = retrieval_metrics(split_ranks) if len(split_ranks) else {}
+        result[f"{split}_queries"] = int(len(split_ranks))
+    result["score"] = result["val"].get(evaluate.metric)
+    return result, ranks
