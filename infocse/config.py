@@ -67,7 +67,7 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class EmbedConfig:
-    batch_size: int
+    batch_size: int | None  # None: auto (by device: infocse.models.encode_batch_size)
     max_seq_length: int
     precision: str  # auto (half precision on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
 
@@ -100,7 +100,7 @@ class TrainingConfig:
 @dataclass(frozen=True)
 class EvaluateConfig:
     metric: str
-    batch_size: int
+    batch_size: int | None  # None: auto, as embed.batch_size
     max_seq_length: int
     precision: str
 
@@ -158,8 +158,11 @@ class _Reader:
     def __init__(self, raw: dict):
         self.raw = raw
         self.problems: list[str] = []
+        self.asked: set[str] = set()  # every dotted name read: what is left over is unknown
+        self.whole: set[str] = set()  # mappings read as a whole (the numbered chains)
 
     def value(self, dotted: str, default=_MISSING):
+        self.asked.add(dotted)
         node = self.raw
         for part in dotted.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -222,6 +225,25 @@ class _Reader:
             return ""
         return value
 
+    def unknown(self) -> list[str]:
+        """Dotted names in params that no reader asked for: a typo or a param this code does not
+        know would otherwise be ignored without a word."""
+        asked_sections = {name.rsplit(".", i)[0] for name in self.asked for i in range(1, name.count(".") + 1)}
+
+        def walk(node: dict, prefix: str) -> list[str]:
+            found = []
+            for key, value in node.items():
+                dotted = f"{prefix}{key}"
+                if dotted in self.whole:
+                    continue
+                if isinstance(value, dict) and value and dotted in asked_sections:
+                    found.extend(walk(value, f"{dotted}."))
+                elif dotted not in self.asked and dotted not in asked_sections:
+                    found.append(dotted)
+            return found
+
+        return walk(self.raw, "")
+
     def flag(self, dotted: str, default=_MISSING) -> bool:
         value = self.value(dotted, default)
         if not isinstance(value, bool):
@@ -233,6 +255,7 @@ class _Reader:
         """A mapping {n: {prev: ...}} numbered first..N whose each `prev` is `expected_prev(n)`:
         DVC templates have no arithmetic, so each item names its predecessor."""
         raw = self.value(dotted, {} if allow_empty else _MISSING)
+        self.whole.add(dotted)
         if raw is None or raw is _ABSENT:
             return {}
         if not isinstance(raw, dict):
@@ -256,6 +279,17 @@ class _Reader:
                 self.problems.append(f"params `{dotted}.{number}.prev` must be {expected_prev(number)!r}, got {prev!r}")
             chain[number] = prev
         return chain
+
+
+def _encode_batch_size(read: _Reader, dotted: str) -> int | None:
+    """An encoding batch size: a number, or "auto" (None), which picks one by device at run time."""
+    value = read.value(dotted)
+    if value is _ABSENT or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        read.bad(dotted, 'an integer >= 1 or "auto"', value)
+        return None
+    return value
 
 
 def _training(read: _Reader, section: str) -> TrainingConfig:
@@ -292,9 +326,9 @@ def parse_config(raw: dict) -> Config:
 
     corpus = CorpusConfig(
         source=read.choice("corpus.source", CORPUS_SOURCES),
-        path=str(read.value("corpus.path", "corpus")),
+        path=read.text("corpus.path", default="corpus"),
         title_first_line=read.flag("corpus.title_first_line", default=True),
-        manpages_root=str(read.value("corpus.manpages_root", "auto") or "auto"),
+        manpages_root=read.text("corpus.manpages_root", default="auto"),
         max_documents=read.integer("corpus.max_documents", allow_all=True, default="all"),
     )
     split = {name: read.number(f"split.{name}", 0.0, 1.0) for name in SPLITS}
@@ -326,7 +360,7 @@ def parse_config(raw: dict) -> Config:
             partition_sentences=read.integer("engine.partition_sentences", default=50000),
             actors=None if actors == "auto" else actors,
         )
-    embed = EmbedConfig(read.integer("embed.batch_size"), read.integer("embed.max_seq_length"),
+    embed = EmbedConfig(_encode_batch_size(read, "embed.batch_size"), read.integer("embed.max_seq_length"),
                         read.choice("embed.precision", PRECISIONS, default="auto"))
     idc = IdcConfig(
         method=read.choice("idc.method", IDC_METHODS, default="partition"),
@@ -336,13 +370,13 @@ def parse_config(raw: dict) -> Config:
         block_rows=read.integer("idc.block_rows", default=4096),
     )
     train = _training(read, "train")
-    evaluate = EvaluateConfig(read.choice("evaluate.metric", METRICS), read.integer("evaluate.batch_size"),
+    evaluate = EvaluateConfig(read.choice("evaluate.metric", METRICS), _encode_batch_size(read, "evaluate.batch_size"),
                               read.integer("evaluate.max_seq_length"),
                               read.choice("evaluate.precision", PRECISIONS, default="auto"))
     finetune = FinetuneConfig(
         labels=read.integer("finetune.labels", allow_all=True),
         source=read.choice("finetune.source", FINETUNE_SOURCES, default="fewshot"),
-        path=str(read.value("finetune.path", "corpus")),
+        path=read.text("finetune.path", default="corpus"),
         training=_training(read, "finetune"),
     )
     plusplus = PlusPlusConfig(
@@ -353,6 +387,8 @@ def parse_config(raw: dict) -> Config:
     bootstrap_samples = read.integer("report.bootstrap_samples")
     loop = LoopConfig(read.integer("loop.patience"), read.integer("loop.max_iterations", minimum=0, allow_all=True))
     iterations = sorted(read.chain("iterations", 1, lambda t: t - 1, allow_empty=False))
+    read.problems.extend(f"params `{name}` is not a known param (a typo? see params.yaml for the names)"
+                         for name in read.unknown())
     if read.problems:
         raise StageError("\n".join(read.problems))
     return Config(seed_model=seed_model, device=device, seed=seed, corpus=corpus, split=split, init_method=init_method,

@@ -6,9 +6,6 @@ negatives; here query -> positive), with its own settings in params `finetune`.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pandas as pd
 
 from infocse.config import Config
@@ -21,8 +18,8 @@ def finetune(model, labels: pd.DataFrame, config: Config, device: str) -> dict:
     """Train `model` in place on the labelled pairs at `finetune.max_seq_length`."""
     pairs = pd.DataFrame({"doc_id": labels["pair_id"], "text_a": labels["query"], "text_b": labels["positive"]})
     training = config.finetune.training
-    with sequence_length(model, training.max_seq_length), tempfile.TemporaryDirectory() as scratch:
-        stats = train_on_pairs(model, pairs, training, config.seed, device, Path(scratch))
+    with sequence_length(model, training.max_seq_length):
+        stats = train_on_pairs(model, pairs, training, config.seed, device)
     return {key: stats[key] for key in ("steps", "train_loss", "pairs_used")}
 
 

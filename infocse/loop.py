@@ -74,7 +74,7 @@ def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataF
         if not state["continue"]:
             break
         with sequence_length(model, config.embed.max_seq_length):
-            embeddings = embed_sentences(model, texts, config.embed.batch_size)
+            embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.embed.precision)
         pairs, stats = cluster_sentences(config.idc, config.budget, config.seed, sentences, embeddings)
         if pairs.empty:
             raise StageError(f"iteration {t}: IDC found no positive pairs")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import itertools
 import shutil
 import tempfile
 import zipfile
@@ -42,6 +43,59 @@ def resolve_device(name: str | None) -> str:
         built = "built without CUDA" if torch.version.cuda is None else "with no CUDA device visible"
         raise StageError(f"params `device` is {name!r}, but torch is {built}: set `device: auto` or `cpu`")
     return name
+
+
+# ---------------------------------------------------------------- encoding: precision and batch size
+AUTO_ENCODE_BATCH_SIZE = {"cuda": 512}  # params `embed/evaluate.batch_size: auto`; other devices: the CPU default
+CPU_ENCODE_BATCH_SIZE = 64  # what `auto` means off CUDA: the batch size the pipeline always encoded with
+
+
+def device_type(device) -> str:
+    """"cuda" for "cuda", "cuda:1" or torch.device("cuda", 1); "cpu" for the CPU."""
+    return str(device).split(":")[0]
+
+
+def encoding_dtype(device, precision: str):
+    """The dtype to encode in for params `embed.precision` / `evaluate.precision`, or None: the
+    model's own fp32, exactly as before these params existed. `auto` is fp16 on CUDA (more mantissa
+    than bf16, and an encoder's activations fit its range) and fp32 elsewhere."""
+    import torch
+
+    halves = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    if precision == "auto":
+        return halves["fp16"] if device_type(device) == "cuda" else None
+    if precision == "fp32":
+        return None
+    if precision not in halves:
+        raise StageError(f"precision must be auto, fp32, fp16 or bf16, got {precision!r}")
+    return halves[precision]
+
+
+def encode_batch_size(batch_size: int | None, device) -> int:
+    """params `embed.batch_size` / `evaluate.batch_size`: a number as given; None ("auto"): a
+    GPU-sized batch on CUDA, and on other devices the batch the pipeline always used (so CPU
+    outputs do not change: the batch sets the padding, which moves the last bits)."""
+    if batch_size is not None:
+        return int(batch_size)
+    return AUTO_ENCODE_BATCH_SIZE.get(device_type(device), CPU_ENCODE_BATCH_SIZE)
+
+
+@contextlib.contextmanager
+def weights_in(model, dtype) -> Iterator:
+    """Run a block with the model's floating-point weights cast to `dtype` (None: as they are).
+    The original tensors are put back afterwards, bit for bit, so a model that trains after it
+    mined or was scored is the same model (a plain `model.half()` would round it for good)."""
+    originals = []
+    if dtype is not None:
+        for tensor in itertools.chain(model.parameters(), model.buffers()):
+            if tensor.is_floating_point() and tensor.dtype != dtype:
+                originals.append((tensor, tensor.data))
+                tensor.data = tensor.data.to(dtype)
+    try:
+        yield model
+    finally:
+        for tensor, data in originals:
+            tensor.data = data
 
 
 def resolve_model_source(name: str) -> str:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from infocse.config import EvaluateConfig
+from infocse.embedding import embed_sentences
 
 CUTOFFS = (1, 5, 10)
 EVALUATED_SPLITS = ("val", "test")
@@ -45,14 +46,14 @@ def empty_ranks() -> pd.DataFrame:
     return pd.DataFrame({"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})
 
 
-def rank_queries(model, documents: pd.DataFrame, batch_size: int) -> pd.DataFrame:
-    """Rank of each val and test query's gold body among all bodies of `documents`."""
+def rank_queries(model, documents: pd.DataFrame, batch_size: int | None, precision: str = "fp32") -> pd.DataFrame:
+    """Rank of each val and test query's gold body among all bodies of `documents`; `batch_size`
+    and `precision` as params `evaluate.*` (None: auto)."""
     queries = evaluation_queries(documents)
     if queries.empty:
         return empty_ranks()
-    encode = dict(batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=True)
-    candidates = model.encode(documents["body"].tolist(), **encode)
-    query_embeddings = model.encode(queries["title"].tolist(), **encode)
+    candidates = embed_sentences(model, documents["body"].tolist(), batch_size, precision=precision)
+    query_embeddings = embed_sentences(model, queries["title"].tolist(), batch_size, precision=precision)
     ranks = gold_ranks(query_embeddings, candidates, documents.index.get_indexer(queries.index))
     return pd.DataFrame({"doc_id": queries["doc_id"].to_numpy(), "split": queries["split"].to_numpy(), "rank": ranks})
 
@@ -60,7 +61,7 @@ def rank_queries(model, documents: pd.DataFrame, batch_size: int) -> pd.DataFram
 def score_model(model, documents: pd.DataFrame, evaluate: EvaluateConfig) -> tuple[dict, pd.DataFrame]:
     """Val and test metrics of `model` and the per-query ranks; `score` is the validation metric,
     None when there are no val queries (a corpus without titles, or a split too small)."""
-    ranks = rank_queries(model, documents, evaluate.batch_size)
+    ranks = rank_queries(model, documents, evaluate.batch_size, evaluate.precision)
     result = {"val_metric": evaluate.metric, "candidates": len(documents)}
     for split in EVALUATED_SPLITS:
         split_ranks = ranks.loc[ranks["split"] == split, "rank"].to_numpy()

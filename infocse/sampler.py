@@ -2,10 +2,23 @@
 
 Two sentences of one document may be true positives of each other, so a batch never holds two
 pairs of one document. The batches are planned up front (pair row indices) and handed to the
-trainer by `PrecomputedBatchSampler`.
+trainer by `PrecomputedBatchSampler`. Two ways to fill them (params `train.sampler`):
+
+- `greedy`: shuffle the pairs, fill each batch in that order, skipping a document already in it.
+  A batch is full whenever `batch_size` documents still hold pairs; once fewer do, the last
+  batches shrink to the few (long) documents left, down to two pairs.
+- `spread`: only full batches. Each takes one pair from each of the `batch_size` documents with
+  the most pairs left, which spreads a long document's pairs over the epoch and forms as many
+  full batches as the table allows; the pairs no full batch can take are left out.
+
+On a skewed table no sampler can fill more batches than that bound: a document gives at most one
+pair per batch. The choice is what to do with the rest: `greedy` trains on it in small batches
+with few negatives, `spread` drops it.
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 from sentence_transformers.base.sampler import DefaultBatchSampler
@@ -45,6 +58,57 @@ def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int,
         batches.append(batch)
         waiting = deferred
     return batches
+
+
+def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1) -> list[list[int]]:
+    """Full batches only: each takes one pair from each of the `batch_size` documents with the most
+    pairs left (ties broken at random with `seed`; a document's pairs in an order shuffled with
+    `seed`), while at least `batch_size` documents hold pairs. Taking from the largest documents
+    first forms the most full batches any document-disjoint batching can. With `multiple_of` > 1
+    the batch size is cut to a multiple of it (each device takes an equal slice)."""
+    size = batch_size - batch_size % multiple_of
+    codes = np.asarray(doc_codes, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    left: dict[int, list[int]] = {}  # document -> its pairs not yet in a batch, taken from the end
+    for index in rng.permutation(len(codes)).tolist():
+        left.setdefault(int(codes[index]), []).append(index)
+    tie_breaks = iter(rng.random(len(codes) + len(left)).tolist())  # one per document entering the heap
+    heap = [(-len(pairs), next(tie_breaks), doc) for doc, pairs in left.items()]
+    heapq.heapify(heap)
+    batches: list[list[int]] = []
+    while size >= 2 and len(heap) >= size:
+        batch = []
+        for negative_left, _, doc in [heapq.heappop(heap) for _ in range(size)]:
+            batch.append(left[doc].pop())
+            if negative_left + 1 < 0:  # pairs left after this one: back in, with a fresh tie-break
+                heapq.heappush(heap, (negative_left + 1, next(tie_breaks), doc))
+        batches.append(batch)
+    return batches
+
+
+SAMPLER_FUNCTIONS = {"greedy": document_disjoint_batches, "spread": spread_batches}
+
+
+def sampled_batches(sampler: str, doc_codes: np.ndarray, batch_size: int, seed: int,
+                    multiple_of: int = 1) -> list[list[int]]:
+    """One epoch's batches (pair row indices) by the sampler named in params `train.sampler`."""
+    return SAMPLER_FUNCTIONS[sampler](doc_codes, batch_size, seed, multiple_of=multiple_of)
+
+
+def batch_statistics(batches: list[list[int]], doc_codes: np.ndarray, batch_size: int) -> dict:
+    """What the trainer was fed: how many batches, how large (a full batch has `batch_size` pairs,
+    so `batch_size` - 1 in-batch negatives per direction), and how concentrated the pairs given to
+    training are: the share held by the top 10% of their documents (at least one), most pairs first."""
+    sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
+    per_document = np.sort(np.unique(np.asarray(doc_codes), return_counts=True)[1])[::-1]
+    top_tenth = per_document[: max(1, int(np.ceil(len(per_document) * 0.1)))].sum() if len(per_document) else 0
+    return {
+        "batches": int(len(sizes)),
+        "mean_size": float(sizes.mean()) if len(sizes) else 0.0,
+        "min_size": int(sizes.min()) if len(sizes) else 0,
+        "share_full": float((sizes == batch_size).mean()) if len(sizes) else 0.0,
+        "share_of_pairs_from_top_10pct_documents": float(top_tenth / len(doc_codes)) if len(doc_codes) else 0.0,
+    }
 
 
 def rank_slices(batch: list[int], shards: int) -> list[list[int]]:

@@ -4,17 +4,20 @@ The loss is sentence-transformers' MultipleNegativesRankingLoss in both directio
 (anchor -> positive and positive -> anchor) with scale 1/temperature over cosine similarity;
 the batches come from `infocse.sampler` (never two pairs of one document).
 
-Several devices (`devices` N > 1) run under torchrun: `batch_size` stays the global batch, each
-process takes an equal slice of every document-disjoint global batch, and the loss gathers the
-embeddings of all processes, so its negatives are the whole global batch, as on one device.
+Several devices (`devices` N > 1) run under torchrun (params `train.launcher`): `batch_size` stays
+the global batch, each process takes an equal slice of every document-disjoint global batch, and
+the loss gathers the embeddings of all processes, so its negatives are the whole global batch, as
+on one device.
+
+Precision (params `train.precision`): `auto` is bf16 mixed precision on a CUDA device that has
+it and fp32 elsewhere, so CPU runs are what they always were. bf16 may be asked for on the CPU
+too (torch's CPU autocast runs it; fast only on CPUs with bf16 instructions); fp16 needs CUDA.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from infocse.config import TrainingConfig
 from infocse.errors import StageError
 from infocse.models import sequence_length
 from infocse.pairs import document_codes
-from infocse.sampler import PrecomputedBatchSampler, document_disjoint_batches
+from infocse.sampler import PrecomputedBatchSampler, batch_statistics, sampled_batches
 
 
 def distributed_world() -> tuple[int, int]:
@@ -33,14 +36,58 @@ def distributed_world() -> tuple[int, int]:
 
 
 def training_batches(pairs: pd.DataFrame, training: TrainingConfig, seed: int) -> list[list[int]]:
-    """The global batches of every epoch (pair row indices), document-disjoint."""
+    """The global batches of every epoch (pair row indices), document-disjoint, by `training.sampler`."""
     doc_codes = document_codes(pairs["doc_id"])
     batches = [batch for epoch in range(training.epochs)
-               for batch in document_disjoint_batches(doc_codes, training.batch_size, seed + epoch,
-                                                      multiple_of=training.devices)]
+               for batch in sampled_batches(training.sampler, doc_codes, training.batch_size, seed + epoch,
+                                            multiple_of=training.devices)]
     if not batches:
+        documents = len(set(doc_codes.tolist()))
+        if training.sampler == "spread" and documents >= 2:
+            raise StageError(f"no training batch can be formed: sampler `spread` forms full batches only, and the "
+                             f"pairs come from {documents} documents, fewer than the batch size "
+                             f"{training.batch_size}: use sampler `greedy` or a smaller batch size")
         raise StageError("no training batch can be formed: the pairs come from fewer than two documents")
     return batches
+
+
+def training_precision(device: str, precision: str, bf16_supported: bool) -> str:
+    """fp32, bf16 or fp16: what params `precision` means on `device`. `bf16_supported` is
+    `torch.cuda.is_bf16_supported()` on CUDA (the CPU always has bf16 autocast). `auto` is bf16 on
+    CUDA that has it, else fp32; a choice the device cannot run is one clear error, not a silent
+    fallback (the trainer would quietly train fp16 on the CPU in fp32)."""
+    cuda = str(device).startswith("cuda")
+    if precision == "auto":
+        return "bf16" if cuda and bf16_supported else "fp32"
+    if precision == "fp16" and not cuda:
+        raise StageError(f"training precision fp16 needs a CUDA device, but the device is {device}: "
+                         "set params `train.precision` (or `finetune.precision`) to auto, fp32 or bf16")
+    if precision == "bf16" and cuda and not bf16_supported:
+        raise StageError(f"training precision bf16 is not supported by this CUDA device ({device}): "
+                         "set params `train.precision` (or `finetune.precision`) to auto, fp32 or fp16")
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise StageError(f"training precision must be auto, fp32, bf16 or fp16, got {precision!r}")
+    return precision
+
+
+def device_training_precision(device: str, precision: str) -> str:
+    """`training_precision` for this machine's `device`."""
+    bf16_supported = True
+    if str(device).startswith("cuda"):
+        import torch
+
+        bf16_supported = torch.cuda.is_bf16_supported()
+    return training_precision(device, precision, bf16_supported)
+
+
+def dataloader_workers(device: str, devices: int) -> int:
+    """Processes that tokenize batches ahead of the training step: on CUDA, where the step is short
+    and tokenizing in the loop would keep the GPU waiting; none on the CPU, which tokenizes and
+    trains on the same cores (and whose runs stay as they were). The batches and their order are
+    the sampler's either way: workers only collate."""
+    if not str(device).startswith("cuda"):
+        return 0
+    return max(0, min(2, (os.cpu_count() or 1) // devices - 1))
 
 
 def contrastive_loss(model, temperature: float, gather_across_devices: bool = False):
@@ -53,16 +100,22 @@ def contrastive_loss(model, temperature: float, gather_across_devices: bool = Fa
 
 
 def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str,
-                   output_dir: Path) -> dict:
-    """Train `model` in place on (text_a, text_b) pairs; return the loss curve and step counts.
+                   output_dir: Path | None = None) -> dict:
+    """Train `model` in place on (text_a, text_b) pairs; return the loss curve, step counts and
+    what the batches looked like.
 
     Under torchrun (WORLD_SIZE = `devices` > 1) each process calls it with the same pairs and
     trains on its slices of the same global batches; the returned stats are the global ones. Called
-    in one process with `devices` > 1, it trains on those same global batches alone."""
+    in one process with `devices` > 1, it trains on those same global batches alone.
+
+    `output_dir` is the trainer's output folder. It saves nothing there (no checkpoints, no
+    reports), but makes the folder; by default it is the system temp folder, which exists, so no
+    folder is made and a killed run leaves none behind."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from transformers import set_seed
 
+    precision = device_training_precision(device, training.precision)
     batches = training_batches(pairs, training, seed)
     _, world = distributed_world()
     if world not in (1, training.devices):
@@ -79,10 +132,12 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
                        "dataloader_drop_last": True}
     loss = contrastive_loss(model, training.temperature, gather_across_devices=world > 1)
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(output_dir), num_train_epochs=1, per_device_train_batch_size=training.batch_size // world,
+        output_dir=str(output_dir if output_dir is not None else tempfile.gettempdir()), num_train_epochs=1,
+        per_device_train_batch_size=training.batch_size // world,
         learning_rate=training.learning_rate, warmup_steps=training.warmup_ratio, seed=seed,
         data_seed=seed, batch_sampler=sampler, save_strategy="no", report_to="none", logging_steps=10,
-        use_cpu=device == "cpu", dataloader_num_workers=0, disable_tqdm=False, **distributed,
+        use_cpu=device == "cpu", bf16=precision == "bf16", fp16=precision == "fp16",
+        dataloader_num_workers=dataloader_workers(device, world), disable_tqdm=False, **distributed,
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
     result = trainer.train()
@@ -92,7 +147,9 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
         train_loss = mean_over_processes(train_loss)
     used = sum(len(batch) for batch in batches)
     stats = {"steps": int(result.global_step), "train_loss": train_loss, "loss_curve": curve,
-             "pairs_used": used, "pairs_dropped": len(pairs) * training.epochs - used}
+             "pairs_used": used, "pairs_dropped": len(pairs) * training.epochs - used,
+             "batches": batch_statistics(batches, document_codes(pairs["doc_id"]), training.batch_size),
+             "sampler": training.sampler, "precision": precision}
     if training.devices > 1:
         stats["devices"] = training.devices
     return stats
@@ -100,8 +157,8 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
 
 def train_at_length(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str) -> dict:
     """Train at `training.max_seq_length` (short, for speed); the model keeps its own inference length."""
-    with sequence_length(model, training.max_seq_length), tempfile.TemporaryDirectory() as scratch:
-        return train_on_pairs(model, pairs, training, seed, device, Path(scratch))
+    with sequence_length(model, training.max_seq_length):
+        return train_on_pairs(model, pairs, training, seed, device)
 
 
 def mean_over_processes(value: float) -> float:
@@ -128,15 +185,3 @@ def check_devices(device: str, devices: int) -> None:
         available = torch.cuda.device_count()
         if devices > available:
             raise StageError(f"params `train.devices` is {devices}, but only {available} CUDA device(s) are visible")
-
-
-def launch_distributed(devices: int, arguments: list[str], cwd: Path | str | None = None) -> int:
-    """Run `python -m torch.distributed.run --standalone --nproc_per_node <devices> <arguments>` with
-    this interpreter (so the venv's torch) and return its exit status. Each process gets an equal
-    share of the CPU threads unless OMP_NUM_THREADS is set."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // devices)))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}", *arguments]
-    return subprocess.run(command, cwd=cwd, env=env).returncode
-
-

@@ -1,82 +1,95 @@
-"""Gather the committed run and every finished `dvc exp` run into reports/comparison.md and
-reports/convergence.png (validation metric per iteration, one curve per initialization).
+"""The cross-run comparison, reports/comparison.md and reports/convergence.png, from committed run files.
 
-    python -m scripts.compare_experiments          # after the runs of scripts/queue_comparison.sh
+    python -m scripts.make_reports             # this report and the few-shot one (scripts/compare_fewshot.py)
+    python -m scripts.compare_experiments      # this report alone
 
-Each run yields up to two rows: iteration 0 (the seed model, or the seed after one round of a
-baseline annotator: that is the baseline's row) and, when the loop ran, the InfoCSE model
-chosen by validation. Rows are grouped by corpus and method; a (corpus, method, seed) is
-counted once (the newest run). Only runs with the current protocol (pair budget, training,
-evaluation and split params) are compared. Deltas are against the seed model of the same seed,
-which has the same label split. Nothing here looks at test numbers to choose anything.
+It reads only `results/runs/*.json` (written by `python -m scripts.export_runs` after the runs of
+scripts/queue_comparison.sh), never DVC, so a clone regenerates the same bytes. With no run files
+it still writes a report that says so.
+
+Each run gives up to two rows: iteration 0 (the seed model, or the seed model after one round of a
+baseline annotator: that baseline's row) and, when the loop ran, the InfoCSE model chosen by
+validation. Rows are grouped by corpus, evaluation protocol and setting (the pair budget and every
+other training param), then by method; a (group, method, seed) counts once, from its newest run.
+Across seeds every difference is paired: a run minus the seed model of the same seed (same label
+split, same test queries), and minus InfoCSE (init none, K=1) of the same seed and setting; the
+mean difference carries a t-based 95% interval over the seeds (`infocse.reporting.t_interval`),
+n is always shown, and a method is called higher or lower only when that interval excludes 0.
+Nothing here looks at test numbers to choose anything.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
+from infocse.io import write_text
+from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
+from scripts.export_runs import flatten
+
+RUNS_DIR = Path("results/runs")
 REPORT = Path("reports/comparison.md")
 PLOT = Path("reports/convergence.png")
 TEST_METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10")
+DELTA_METRICS = ("recall@1", "mrr@10")
 BASELINE_NAMES = {"none": "seed model", "simcse": "SimCSE", "mirror": "Mirror-BERT", "consert": "ConSERT",
                   "ict": "ICT", "conpono": "CONPONO"}
-PROTOCOL_KEYS = ("budget", "train", "evaluate", "split", "seed_model")
+SEED_MODEL = "seed model"
+REFERENCE = "InfoCSE (init none, K=1)"
+
+# What each param is to a comparison. Evaluation: what the seed model's scores depend on (rows are
+# only compared within one). Method: what a row is named by. Ignored: where or how fast a run
+# computes, not what (and the few-shot params, which scripts/compare_fewshot.py reads). Every other
+# param, present or added later, is part of the setting: runs differing in it are not pooled.
+# A key ending in "." covers its whole section.
+EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "evaluate.precision",
+                   "corpus.")
+METHOD_KEYS = ("init.method", "idc.method", "idc.k", "idc.kmeans_clusters", "idc.first_round_annotator",
+               "loop.max_iterations")
+IGNORED_KEYS = ("seed", "device", "corpus.source", "corpus.manpages_root", "engine.", "embed.batch_size",
+                "evaluate.batch_size", "idc.block_rows", "train.devices", "train.launcher", "report.", "finetune.",
+                "plusplus.", "iterations.")  # the iteration chain counts as its length, below
+ALWAYS_SHOWN = ("budget.max_pairs_per_document", "budget.max_pairs")  # in every setting's name
 
 
-def budget_of(params: dict) -> dict:
-    """The pair budget; runs from before the `budget` section kept it under `idc`."""
-    if "budget" in params:
-        return params["budget"]
-    idc = params.get("idc", {})
-    return {"max_pairs_per_document": idc.get("max_pairs_per_document"), "max_pairs": idc.get("max_pairs")}
+def covered(key: str, patterns: tuple[str, ...]) -> bool:
+    return any(key == p or (p.endswith(".") and key.startswith(p)) for p in patterns)
 
 
-def protocol(params: dict) -> dict:
-    """What must match for runs to be compared. `train.devices` is left out: it changes where the
-    global batch is computed, not what it is."""
-    found = {key: budget_of(params) if key == "budget" else params.get(key) for key in PROTOCOL_KEYS}
-    if isinstance(found["train"], dict):
-        found["train"] = {key: value for key, value in found["train"].items() if key != "devices"}
-    if isinstance(found["evaluate"], dict):  # older runs kept the report's bootstrap count here
-        found["evaluate"] = {key: value for key, value in found["evaluate"].items() if key != "bootstrap_samples"}
-    return found
+def canonical(values: dict) -> str:
+    return json.dumps(values, sort_keys=True)
 
 
-def metrics_match_params(run: dict) -> bool:
-    """Whether the metrics were made with the run's params. A queued or running experiment shows
-    the metrics of the commit it started from, which carry another corpus or init method."""
-    params, metrics = run["params"], run["metrics"]
-    init = (params.get("init") or {}).get("method", "none")
-    made_by = metrics.get("metrics/iterations/iter-0/pairs.json", {}).get("method", "none")
-    manpages = (params.get("corpus") or {}).get("source") == "manpages"
-    return made_by == init and manpages == ("manpages_version" in metrics.get("metrics/corpus.json", {}))
+def evaluation_of(params: dict) -> dict:
+    return {k: v for k, v in flatten(params).items() if covered(k, EVALUATION_KEYS) and not covered(k, IGNORED_KEYS)}
 
 
-def finished_runs(show: list[dict]) -> list[dict]:
-    """(name, params, metrics) of each commit's run and of each experiment, newest first, that has
-    metrics/best.json."""
+def setting_of(params: dict, extra: tuple[str, ...] = ()) -> dict:
+    """The params that change what a method is trained on or with; `extra` adds ignored ones back."""
+    setting = {k: v for k, v in flatten(params).items()
+               if covered(k, extra) or not covered(k, EVALUATION_KEYS + METHOD_KEYS + IGNORED_KEYS)}
+    setting["iterations"] = len(params.get("iterations") or {})
+    return setting
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def load_runs(folder: Path = RUNS_DIR) -> list[dict]:
+    """Every run file, in name order."""
     runs = []
-    for entry in show:
-        if entry.get("rev") == "workspace":
-            continue
-        candidates = [(entry.get("name") or entry["rev"][:7], entry.get("data"))]
-        for experiment in entry.get("experiments") or []:
-            for rev in experiment.get("revs", []):
-                candidates.append((rev.get("name") or experiment.get("name") or rev.get("rev", "")[:7], rev.get("data")))
-        for name, data in candidates:
-            if not data or data.get("error"):
-                continue
-            metrics = {path: value.get("data", {}) for path, value in (data.get("metrics") or {}).items()}
-            params = ((data.get("params") or {}).get("params.yaml") or {}).get("data")
-            if params and "iteration" in metrics.get("metrics/best.json", {}) and "seed" in params:
-                runs.append({"name": name, "params": params, "metrics": metrics})
+    for path in sorted(Path(folder).glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(run, dict) or not {"params", "metrics"} <= set(run):
+            raise SystemExit(f"{path} is not a run file (no params and metrics): write run files with "
+                             "`python -m scripts.export_runs`")
+        run.setdefault("name", path.stem)
+        runs.append(run)
     return runs
 
 
@@ -92,7 +105,7 @@ def iteration_metrics(metrics: dict, kind: str) -> dict[int, dict]:
 def infocse_label(params: dict) -> str:
     init = (params.get("init") or {}).get("method", "none")
     idc = params.get("idc") or {}
-    parts = [f"init {BASELINE_NAMES[init]}" if init != "none" else "init none"]
+    parts = [f"init {BASELINE_NAMES.get(init, init)}" if init != "none" else "init none"]
     if idc.get("method", "partition") == "kmeans":
         parts.append(f"IDC K-means ({idc.get('kmeans_clusters')} clusters)")
     else:
@@ -100,201 +113,324 @@ def infocse_label(params: dict) -> str:
     annotator = idc.get("first_round_annotator", "current")
     if annotator not in (None, "current"):
         parts.append(f"round 1 mined by {annotator}")
+    limit = (params.get("loop") or {}).get("max_iterations", "all")
+    if limit not in ("all", None):
+        parts.append(f"at most {limit} iterations")
     return "InfoCSE (" + ", ".join(parts) + ")"
 
 
 def rounds_summary(metrics: dict, up_to: int) -> dict:
-    """Pairs, their mean token Jaccard and training seconds over the rounds that made the model."""
+    """Pairs, their mean token Jaccard, mean batch size and training seconds over the rounds that
+    made the model (iterations 0..up_to that trained)."""
     pairs, trains = iteration_metrics(metrics, "pairs"), iteration_metrics(metrics, "train")
     rounds = [t for t in range(up_to + 1) if trains.get(t, {}).get("skipped") is False]
     counts = [pairs.get(t, {}).get("pairs", 0) for t in rounds]
-    jaccard = [pairs.get(t, {}).get("mean_token_jaccard") for t in rounds]
-    weighted = sum(c * j for c, j in zip(counts, jaccard) if j is not None)
-    return {"pairs": sum(counts), "token_jaccard": weighted / sum(counts) if sum(counts) else None,
+    jaccard = [(c, pairs.get(t, {}).get("mean_token_jaccard")) for t, c in zip(rounds, counts)]
+    weighted = [c for c, j in jaccard if j is not None]
+    batches = sum(trains[t].get("steps", 0) for t in rounds)
+    used = sum(trains[t].get("pairs_used", 0) for t in rounds)
+    return {"pairs": sum(counts),
+            "token_jaccard": sum(c * j for c, j in jaccard if j is not None) / sum(weighted) if sum(weighted) else None,
+            "mean_batch": used / batches if batches else None,
             "train_seconds": sum(trains[t].get("seconds", 0.0) for t in rounds)}
 
 
 def run_rows(run: dict) -> list[dict]:
-    """The rows one run contributes: its iteration 0 and, if the loop ran, its chosen model."""
+    """The rows one run contributes: its iteration 0 and, if the loop ran, the model validation chose."""
     params, metrics = run["params"], run["metrics"]
     states = iteration_metrics(metrics, "retrieval")
-    corpus = (params.get("corpus") or {}).get("source", "bbc")
+    if 0 not in states:
+        return []
     init = (params.get("init") or {}).get("method", "none")
-    base = {"corpus": corpus, "seed": params["seed"], "run": run["name"]}
+    metric = (params.get("evaluate") or {}).get("metric", "mrr@10")
+    base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
+            "run": run["name"], "commit": (run.get("commit") or "")[:7], "ran_at": run.get("ran_at") or "",
+            "evaluation": canonical(evaluation_of(params)), "setting": canonical(setting_of(params)),
+            "setting_params": setting_of(params), "val_metric": metric}
     rows = [{**base, "method": BASELINE_NAMES.get(init, init), "val": states[0].get("val", {}),
-             "test": states[0].get("test", {}), **rounds_summary(metrics, 0)}]
+             "test": states[0].get("test", {}), "best_iteration": 0, **rounds_summary(metrics, 0)}]
     ran = [t for t, state in states.items() if t > 0 and not state.get("stopped") and state.get("val")]
-    if ran:
-        best = metrics["metrics/best.json"]["iteration"]
+    best = (metrics.get("metrics/best.json") or {}).get("iteration")
+    if ran and best in states:
         rows.append({**base, "method": infocse_label(params), "val": states[best].get("val", {}),
                      "test": states[best].get("test", {}), "best_iteration": best, "iterations_run": len(ran),
                      **rounds_summary(metrics, best),
-                     "curve": [(t, states[t]["val"].get(params["evaluate"]["metric"]))
-                               for t in sorted(states) if not states[t].get("stopped") and states[t].get("val")]})
+                     "curve": [(t, states[t]["val"].get(metric)) for t in sorted(states)
+                               if not states[t].get("stopped") and states[t].get("val")]})
     return rows
 
 
-def unfinished_experiments() -> set[str]:
-    """Names of queued and running experiments (`dvc queue status`): their metrics are not theirs yet."""
-    result = subprocess.run([sys.executable, "-m", "dvc", "queue", "status"], capture_output=True, text=True, check=True)
-    names = set()
-    for line in result.stdout.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and fields[-1] in ("Queued", "Running"):
-            names.add(fields[1])
-    return names
+def dedupe(rows: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
+    """One row per (corpus, evaluation, setting, method, seed): the newest run's. Returns the rows
+    kept and (dropped run, kept run) pairs."""
+    kept, dropped = {}, []
+    for row in sorted(rows, key=lambda r: (r["ran_at"], r["run"]), reverse=True):
+        key = (row["corpus"], row["evaluation"], row["setting"], row["method"], row["seed"])
+        if key in kept:
+            dropped.append((row["run"], kept[key]["run"]))
+        else:
+            kept[key] = row
+    return sorted(kept.values(), key=lambda r: (r["corpus"], r["evaluation"], r["setting"], r["method"], r["seed"])), \
+        sorted(set(dropped))
 
 
-def collect(show: list[dict], current: dict, unfinished: set[str] = frozenset()) -> list[dict]:
-    rows, seen = [], set()
-    for run in finished_runs(show):
-        if run["name"] in unfinished or protocol(run["params"]) != protocol(current) or not metrics_match_params(run):
-            continue
-        for row in run_rows(run):
-            key = (row["corpus"], row["method"], row["seed"])
-            if key not in seen:
-                seen.add(key)
-                rows.append(row)
-    return rows
+def pair_rows(rows: list[dict]) -> None:
+    """Attach to each row the seed model and InfoCSE it is paired with (same seed): the seed model
+    of the same run, else of the same setting, else of any run with the same corpus and evaluation;
+    InfoCSE of the same setting."""
+    seed_models = [r for r in rows if r["method"] == SEED_MODEL]
+    infocse = {(r["corpus"], r["evaluation"], r["setting"], r["seed"]): r for r in rows if r["method"] == REFERENCE}
+    for row in rows:
+        candidates = [r for r in seed_models if (r["corpus"], r["evaluation"], r["seed"]) ==
+                      (row["corpus"], row["evaluation"], row["seed"])]
+        row["seed_ref"] = min(candidates, key=lambda r: (r["run"] != row["run"], r["setting"] != row["setting"],
+                                                         r["setting"], r["run"]), default=None)
+        row["infocse_ref"] = infocse.get((row["corpus"], row["evaluation"], row["setting"], row["seed"]))
 
 
-def mean_sd(values: list[float]) -> str:
+def collect(runs: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
+    rows, dropped = dedupe([row for run in runs for row in run_rows(run)])
+    pair_rows(rows)
+    return rows, dropped
+
+
+def delta(row: dict, reference: str, split: str, metric: str) -> float | None:
+    other = row.get(reference)
+    if other is None or other is row or metric not in row[split] or metric not in other[split]:
+        return None
+    return row[split][metric] - other[split][metric]
+
+
+def deltas(group: list[dict], reference: str, split: str, metric: str) -> list[float]:
+    return [d for d in (delta(row, reference, split, metric) for row in group) if d is not None]
+
+
+# ------------------------------------------------------------------------------------------ labels
+
+
+def value_key(value) -> tuple:
+    return (0, value, "") if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, 0, str(value))
+
+
+def varying_keys(settings: list[dict], always: tuple[str, ...] = ()) -> list[str]:
+    """Keys whose value differs between `settings` (and the `always` ones), in a stable order."""
+    keys = sorted({k for s in settings for k in s})
+    varying = [k for k in keys if len({canonical(s.get(k)) for s in settings}) > 1 and k not in always]
+    return [k for k in always if any(k in s for s in settings)] + varying
+
+
+def label(values: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k}={values.get(k, '–')}" for k in keys) or "default"
+
+
+def method_order(method: str) -> tuple:
+    return method != SEED_MODEL, method == REFERENCE, method.startswith("InfoCSE"), method
+
+
+def mean_sd(values: list[float | None], digits: int = 3) -> str:
+    values = [v for v in values if v is not None]
     if not values:
         return "–"
     if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
-def delta_verdict(deltas: list[float]) -> tuple[str, str]:
-    """Mean Δ ± sd over seeds, and whether it exceeds the spread: |mean| > 2 standard errors, n >= 3."""
-    if not deltas:
-        return "–", "–"
-    text = f"{statistics.mean(deltas):+.3f}" + (f" ± {statistics.stdev(deltas):.3f}" if len(deltas) > 1 else "")
-    text += f" ({sum(d > 0 for d in deltas)}/{len(deltas)} > 0)"
-    if len(deltas) < 3:
-        return text, f"n={len(deltas)}: too few runs to tell"
-    error = statistics.stdev(deltas) / len(deltas) ** 0.5
-    mean = statistics.mean(deltas)
-    if abs(mean) > 2 * error:
-        return text, "higher, beyond the spread" if mean > 0 else "lower, beyond the spread"
-    return text, "within the spread"
+def mean_of(values: list[float | None], digits: int) -> str:
+    """The mean alone, for counts and seconds."""
+    values = [v for v in values if v is not None]
+    return f"{statistics.mean(values):.{digits}f}" if values else "–"
 
 
-def corpus_table(rows: list[dict], corpus: str) -> list[str]:
-    mine = [row for row in rows if row["corpus"] == corpus]
-    seeds = {row["seed"]: row for row in mine if row["method"] == "seed model"}
-    methods = sorted({row["method"] for row in mine}, key=lambda m: (m != "seed model", m.startswith("InfoCSE"), m))
-    header = ["method", "runs (seeds)"] + [f"test {m}" for m in TEST_METRICS] + [
-        "val recall@1", "Δ test recall@1 vs seed", "verdict", "Δ test mrr@10 vs seed", "verdict",
-        "pairs", "token Jaccard", "train s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for method in methods:
-        group = [row for row in mine if row["method"] == method]
-        cells = [method, f"{len(group)} ({', '.join(str(r['seed']) for r in sorted(group, key=lambda r: r['seed']))})"]
-        cells += [mean_sd([row["test"][m] for row in group if m in row["test"]]) for m in TEST_METRICS]
-        cells.append(mean_sd([row["val"]["recall@1"] for row in group if "recall@1" in row["val"]]))
-        for metric in ("recall@1", "mrr@10"):
-            deltas = [row["test"][metric] - seeds[row["seed"]]["test"][metric] for row in group
-                      if method != "seed model" and row["seed"] in seeds and metric in row["test"]]
-            cells += list(delta_verdict(deltas)) if method != "seed model" else ["–", "–"]
-        cells += [f"{statistics.mean(row['pairs'] for row in group):.0f}",
-                  mean_sd([row["token_jaccard"] for row in group if row["token_jaccard"] is not None]),
-                  f"{statistics.mean(row['train_seconds'] for row in group):.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+def fmt(value, digits: int = 3, sign: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def interval_cells(values: list[float]) -> list[str]:
+    """[mean difference with its 95% t-interval and n, verdict]; dashes when there is nothing to pair."""
+    if not values:
+        return ["–", "–"]
+    interval = t_interval(values)
+    return [format_interval(interval), verdict(interval)]
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def means_table(group: list[dict], metric: str) -> str:
+    records = []
+    for method in sorted({r["method"] for r in group}, key=method_order):
+        mine = sorted((r for r in group if r["method"] == method), key=lambda r: r["seed"])
+        records.append({
+            "method": method, "n (seeds)": f"{len(mine)} ({', '.join(str(r['seed']) for r in mine)})",
+            f"val {metric}": mean_sd([r["val"].get(metric) for r in mine]),
+            **{f"test {m}": mean_sd([r["test"].get(m) for r in mine]) for m in TEST_METRICS},
+            "pairs": mean_of([r["pairs"] for r in mine], 0), "mean batch": mean_of([r["mean_batch"] for r in mine], 1),
+            "token Jaccard": mean_sd([r["token_jaccard"] for r in mine]),
+            "train s": mean_of([r["train_seconds"] for r in mine], 0)})
+    return markdown_table(pd.DataFrame(records))
+
+
+def differences_table(group: list[dict]) -> str:
+    columns, records = ["method"], []
+    for name in ("seed model", "InfoCSE"):
+        for metric in DELTA_METRICS:
+            columns += [f"Δ test {metric} vs {name}", "verdict"]
+    for method in sorted({r["method"] for r in group} - {SEED_MODEL}, key=method_order):
+        mine = [r for r in group if r["method"] == method]
+        records.append([method, *(cell for reference in ("seed_ref", "infocse_ref") for metric in DELTA_METRICS
+                                   for cell in interval_cells(deltas(mine, reference, "test", metric)))])
+    return markdown_table(pd.DataFrame(records, columns=columns))
+
+
+def per_run_table(group: list[dict], metric: str) -> str:
+    records = []
+    for row in sorted(group, key=lambda r: (method_order(r["method"]), r["seed"])):
+        seed_ref = row["seed_ref"]
+        records.append({
+            "method": row["method"], "seed": str(row["seed"]), "run": row["run"], "commit": row["commit"] or "–",
+            "best iteration": str(row["best_iteration"]), f"val {metric}": fmt(row["val"].get(metric)),
+            "test recall@1": fmt(row["test"].get("recall@1")), "test mrr@10": fmt(row["test"].get("mrr@10")),
+            "Δ recall@1 vs seed model": fmt(delta(row, "seed_ref", "test", "recall@1"), sign=True),
+            "Δ mrr@10 vs seed model": fmt(delta(row, "seed_ref", "test", "mrr@10"), sign=True),
+            "seed model from": "–" if seed_ref is None or seed_ref is row else
+            ("this run" if seed_ref["run"] == row["run"] else seed_ref["run"]),
+            "pairs": str(row["pairs"]), "mean batch": fmt(row["mean_batch"], 1),
+            "train s": fmt(row["train_seconds"], 0)})
+    return markdown_table(pd.DataFrame(records))
+
+
+def sweep_table(rows: list[dict], keys: list[str], metric: str) -> str:
+    """One row per (setting, method): n and the paired 95% intervals, to choose a setting by val."""
+    columns = ["setting", "method", "n", f"val {metric}", f"Δ val {metric} vs seed model",
+               "Δ test recall@1 vs seed model", "verdict", "Δ test recall@1 vs InfoCSE", "verdict", "pairs", "mean batch"]
+    records = []
+    for setting in sorted({r["setting"] for r in rows}, key=lambda s: setting_order(s, keys)):
+        group = [r for r in rows if r["setting"] == setting and r["method"] != SEED_MODEL]
+        for method in sorted({r["method"] for r in group}, key=method_order):
+            mine = [r for r in group if r["method"] == method]
+            val = deltas(mine, "seed_ref", "val", metric)
+            records.append([label(json.loads(setting), keys), method, str(len(mine)),
+                            mean_sd([r["val"].get(metric) for r in mine]),
+                            format_interval(t_interval(val)) if val else "–",
+                            *interval_cells(deltas(mine, "seed_ref", "test", "recall@1")),
+                            *interval_cells(deltas(mine, "infocse_ref", "test", "recall@1")),
+                            mean_of([r["pairs"] for r in mine], 0), mean_of([r["mean_batch"] for r in mine], 1)])
+    if not records:
+        return "No trained model in these runs."
+    return markdown_table(pd.DataFrame(records, columns=columns))
+
+
+def setting_order(setting: str, keys: list[str]) -> list:
+    values = json.loads(setting)
+    return [value_key(values.get(k)) for k in keys] + [(1, 0, setting)]
+
+
+# ------------------------------------------------------------------------------------------ report
+
+INTRO = [
+    "- Each run has its own `seed`, which sets both the label split and the training seed. A cell in the "
+    "means table is the mean ± sample standard deviation over runs; the per-run table below it has one row per "
+    "seed.",
+    "- Baseline rows are one round of that annotator from the seed model (`init.method=X`, "
+    "`loop.max_iterations=0`), with the same pair budget, batches and trainer as an IDC round. InfoCSE rows are "
+    "the model chosen by validation (early stopping); pairs, batch sizes and training seconds are over the rounds "
+    "that made it.",
+    "- Δ: a run minus the seed model of the same seed (same label split, same test queries), or minus "
+    f"{REFERENCE} of the same seed and setting. Shown as the mean difference over seeds with its t-based 95% "
+    "interval, `mean [low, high] (n = runs)`. *Verdict*: higher or lower only when the interval excludes 0; "
+    "with n = 1 there is no interval.",
+    "- A setting is every training param (pair budget, trainer, iterations, annotator options); runs differ in "
+    "nothing else within one table. Its name lists the pair budget and the params that differ between settings.",
+    "- mean batch: training pairs per batch (a batch never holds two pairs of one document, so skewed pair "
+    "tables can leave batches short). Training seconds depend on the machine: compare them loosely.",
+    "- token Jaccard: mean lexical overlap of the positive pairs (trivial positives score high).",
+]
+
+
+def corpus_sections(rows: list[dict]) -> list[str]:
+    lines = []
+    for corpus in sorted({r["corpus"] for r in rows}):
+        mine = [r for r in rows if r["corpus"] == corpus]
+        evaluations = sorted({r["evaluation"] for r in mine})
+        eval_keys = varying_keys([json.loads(e) for e in evaluations])
+        for evaluation in evaluations:
+            group_rows = [r for r in mine if r["evaluation"] == evaluation]
+            metric = group_rows[0]["val_metric"]
+            title = f"## Corpus: {corpus}"
+            if len(evaluations) > 1:
+                title += f" ({label(json.loads(evaluation), eval_keys)})"
+            keys = varying_keys([r["setting_params"] for r in group_rows], ALWAYS_SHOWN)
+            settings = sorted({r["setting"] for r in group_rows}, key=lambda s: setting_order(s, keys))
+            seeds = sorted({r["seed"] for r in group_rows if r["method"] == SEED_MODEL})
+            lines += [title, "", f"Label splits with a seed-model run: {len(seeds)} "
+                                 f"(seeds {', '.join(map(str, seeds)) or '–'}). Validation metric: {metric}.", "",
+                      f"### Budget sweep: {corpus}", "",
+                      "One row per setting and method, n runs each; choose a setting by the validation column, "
+                      "never by test.", "", sweep_table(group_rows, keys, metric), ""]
+            for setting in settings:
+                group = [r for r in group_rows if r["setting"] == setting]
+                lines += [f"### {corpus}, setting: {label(json.loads(setting), keys)}", "",
+                          "Means over runs:", "", means_table(group, metric), "",
+                          "Paired differences on test (95% t-interval over seeds):", "", differences_table(group), "",
+                          "Per run:", "", per_run_table(group, metric), ""]
     return lines
 
 
-REFERENCE = "InfoCSE (init none, K=1)"
+def render(runs: list[dict]) -> str:
+    lines = ["# Comparison: InfoCSE, the classic self-supervised baselines, initializations, ablations and "
+             "pair budgets", "",
+             "Made by `python -m scripts.make_reports` (or `python -m scripts.compare_experiments`) from the "
+             f"committed run files in `{RUNS_DIR}/` alone; `python -m scripts.export_runs` writes them after the "
+             "runs.", ""]
+    if not runs:
+        return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` holds no run file. Queue runs "
+                                  "(`bash scripts/queue_comparison.sh`), run them (`dvc queue start -j 1`), export "
+                                  "them (`python -m scripts.export_runs --wait`) and run this command again.", ""])
+    rows, dropped = collect(runs)
+    commits = sorted({r["commit"] for r in rows if r["commit"]})
+    lines += [f"Run files: {len(runs)}; rows: {len(rows)}; code commits: {', '.join(commits) or '–'}.", "", *INTRO, ""]
+    if dropped:
+        lines += ["Not counted (a newer run has the same corpus, setting, method and seed): " +
+                  "; ".join(f"{old} (kept {new})" for old, new in dropped) + ".", ""]
+    return "\n".join(lines + corpus_sections(rows))
 
 
-def against_reference(rows: list[dict], corpus: str) -> list[str]:
-    """Each other method minus InfoCSE (the default), paired by seed: do the methods differ beyond the spread?"""
-    mine = [row for row in rows if row["corpus"] == corpus]
-    reference = {row["seed"]: row for row in mine if row["method"] == REFERENCE}
-    if not reference:
-        return []
-    lines = [f"Against {REFERENCE}, paired by seed (the other method minus InfoCSE, on test):", "",
-             "| method | Δ recall@1 | verdict | Δ mrr@10 | verdict |", "|---|---|---|---|---|"]
-    for method in sorted({row["method"] for row in mine} - {REFERENCE}):
-        group = [row for row in mine if row["method"] == method and row["seed"] in reference]
-        cells = [method]
-        for metric in ("recall@1", "mrr@10"):
-            cells += list(delta_verdict([row["test"][metric] - reference[row["seed"]]["test"][metric]
-                                         for row in group if metric in row["test"]]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return [*lines, ""]
-
-
-def render(rows: list[dict], current: dict) -> str:
-    lines = ["# Comparison: InfoCSE, the classic self-supervised baselines, initializations and IDC ablations", "",
-             "Made by `python -m scripts.compare_experiments` from every finished run "
-             "(`dvc exp show --all-commits`) that used the current protocol: "
-             f"pair budget {json.dumps(budget_of(current))}, train {json.dumps(current['train'])}, "
-             f"seed model {current['seed_model']}.", "",
-             "- A cell is the mean ± sample standard deviation over runs; each run has its own `seed`, which sets "
-             "both the label split and the training seed.",
-             "- Baseline rows are one round of that annotator from the seed model (`init.method=X`, "
-             "`loop.max_iterations=0`), with the same pairs budget, batches and trainer as an IDC round.",
-             "- InfoCSE rows are the model chosen by validation (early stopping); pairs and training seconds are "
-             "summed over the rounds that made it.",
-             "- Δ vs seed: the run minus the seed model of the same seed (same queries), mean ± sd over seeds and how "
-             "many were above 0. *Verdict*: 'beyond the spread' when |mean Δ| exceeds two standard errors "
-             "(sd/√n) over at least 3 runs; otherwise the difference is within run-to-run variation.",
-             "- Training seconds were measured while other jobs shared the 2 CPU cores: compare them loosely.",
-             "- token Jaccard: mean lexical overlap of the positive pairs (trivial positives score high).", ""]
-    for corpus in sorted({row["corpus"] for row in rows}):
-        count = sum(row["method"] == "seed model" for row in rows if row["corpus"] == corpus)
-        lines += [f"## Corpus: {corpus}", "", f"Seed-model runs (label splits): {count}.", "",
-                  *corpus_table(rows, corpus), "", *against_reference(rows, corpus)]
-    return "\n".join(lines)
-
-
-def plot_convergence(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    corpora = sorted({row["corpus"] for row in rows if "curve" in row})
-    figure, axes = plt.subplots(1, max(1, len(corpora)), figsize=(6 * max(1, len(corpora)), 4), squeeze=False)
-    for axis, corpus in zip(axes[0], corpora):
-        methods = sorted({row["method"] for row in rows if row["corpus"] == corpus and "curve" in row})
-        for method in methods:
-            curves = [dict(row["curve"]) for row in rows if row["corpus"] == corpus and row["method"] == method
-                      and "curve" in row]
-            steps = sorted({t for curve in curves for t in curve})
-            means = [statistics.mean([c[t] for c in curves if c.get(t) is not None]) for t in steps]
-            axis.plot(steps, means, marker="o", label=f"{method} (n={len(curves)})")
-        axis.set_title(f"{corpus}: validation metric per iteration (mean over runs)")
-        axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+def plot_convergence(runs: list[dict], path: Path = PLOT) -> None:
+    """Validation metric per iteration, mean over runs: one panel per corpus, one line per
+    (setting, InfoCSE variant)."""
+    rows = collect(runs)[0] if runs else []
+    curves = [r for r in rows if r.get("curve")]
+    corpora = sorted({r["corpus"] for r in curves})
+    figure = Figure(figsize=(6 * max(1, len(corpora)), 4))
+    axes = figure.subplots(1, max(1, len(corpora)), squeeze=False)[0]
+    if not corpora:
+        axes[0].text(0.5, 0.5, "no runs with InfoCSE iterations yet", ha="center", va="center")
+        axes[0].set_axis_off()
+    for axis, corpus in zip(axes, corpora):
+        mine = [r for r in curves if r["corpus"] == corpus]
+        keys = varying_keys([r["setting_params"] for r in mine], ALWAYS_SHOWN)
+        for setting, method in sorted({(r["setting"], r["method"]) for r in mine}):
+            lines = [dict(r["curve"]) for r in mine if (r["setting"], r["method"]) == (setting, method)]
+            steps = sorted({t for curve in lines for t in curve})
+            means = [statistics.mean(c[t] for c in lines if c.get(t) is not None) for t in steps]
+            setting_name = label(json.loads(setting), keys).replace("budget.", "")
+            axis.plot(steps, means, marker="o", label=f"{method}, {setting_name} (n={len(lines)})")
+        axis.set_title(f"{corpus}: validation {mine[0]['val_metric']} per iteration (mean over runs)", fontsize=9)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("iteration (0 = f_0)")
-        axis.set_ylabel("val mrr@10")
-        axis.legend(fontsize=7)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", dpi=100, metadata={"Software": None})
-    plt.close(figure)
+        axis.set_ylabel(f"val {mine[0]['val_metric']}")
+        axis.legend(fontsize=6)
+    save_figure(figure, path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--show-json", type=Path, help="read `dvc exp show --json --all-commits` output from a file")
-    args = parser.parse_args()
-    if args.show_json:
-        show = json.loads(args.show_json.read_text())
-    else:
-        result = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json", "--all-commits"],
-                                capture_output=True, text=True, check=True)
-        show = json.loads(result.stdout)
-    current = yaml.safe_load(Path("params.yaml").read_text())
-    rows = collect(show, current, set() if args.show_json else unfinished_experiments())
-    if not rows:
-        sys.exit("no finished runs with the current protocol: run the pipeline or the experiments first")
-    REPORT.write_text(render(rows, current), encoding="utf-8")
-    plot_convergence(rows, PLOT)
-    print(REPORT.read_text())
+    runs = load_runs()
+    write_text(REPORT, render(runs))
+    plot_convergence(runs, PLOT)
+    print(f"wrote {REPORT} and {PLOT} from {len(runs)} run file(s) in {RUNS_DIR}/")
 
 
 if __name__ == "__main__":

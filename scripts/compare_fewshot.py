@@ -1,55 +1,69 @@
-"""Gather few-shot fine-tuning results of the committed run and every finished `dvc exp` run into
-reports/fewshot.md and reports/plusplus_rounds.png.
+"""The few-shot report, reports/fewshot.md and reports/plusplus_rounds.png, from committed run files.
 
-    python -m scripts.compare_fewshot        # after the runs of scripts/queue_fewshot.sh
+    python -m scripts.make_reports           # this report and the comparison (scripts/compare_experiments.py)
+    python -m scripts.compare_fewshot        # this report alone
+
+It reads only `results/runs/*.json` (written by `python -m scripts.export_runs` after the runs of
+scripts/queue_fewshot.sh), never DVC, so a clone regenerates the same bytes.
 
 Rows are starting points, columns label budgets (`finetune.labels`); a cell is test Recall@1 /
-MRR@10, mean ± sd over seeds:
+MRR@10 after fine-tuning, mean ± sd over seeds, with n:
 - seed model: finetune@f0 of runs with `init.method: none`;
 - best baseline: finetune@f0 of the baseline runs (`loop.max_iterations: 0`) of the baseline with
-  the highest mean *validation* MRR@10 in the comparison (never chosen by test);
+  the highest mean fine-tuned *validation* MRR@10 (never chosen by test);
 - InfoCSE: finetune@best of runs whose loop ran (round 1 of InfoCSE++);
 - InfoCSE++: the round chosen by fine-tuned validation, in runs with `plusplus.max_rounds` > 1.
+Runs are grouped by corpus, evaluation protocol and setting (the self-supervised setting of
+reports/comparison.md plus the fine-tuning params other than the label budget). Differences are
+paired by seed (same split, same labels) with a t-based 95% interval over seeds and n; a verdict
+says higher or lower only when the interval excludes 0. A per-run table follows each group.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-from scripts.compare_experiments import (BASELINE_NAMES, delta_verdict, finished_runs, metrics_match_params, protocol,
-                                         unfinished_experiments)
+from infocse.io import write_text
+from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
+from scripts.compare_experiments import (BASELINE_NAMES, RUNS_DIR, canonical, evaluation_of, label, load_runs,
+                                         setting_of, varying_keys)
 
 REPORT = Path("reports/fewshot.md")
 PLOT = Path("reports/plusplus_rounds.png")
 METRICS = ("recall@1", "mrr@10")
+FEWSHOT_SETTING = ("finetune.", "plusplus.patience")  # setting params beyond the self-supervised ones
+NOT_SETTING = ("finetune.labels", "finetune.devices", "finetune.launcher")  # the budget is a column
+FIXED_STARTS = ("seed model", "InfoCSE", "InfoCSE++")
 
 
-def fewshot_protocol(params: dict) -> dict:
-    """What must match for two runs to be compared: the self-supervised protocol and the fine-tuning
-    trainer; the label budget is a column, not a protocol difference."""
-    finetune = {key: value for key, value in (params.get("finetune") or {}).items() if key != "labels"}
-    return {**protocol(params), "finetune": finetune}
+def fewshot_setting(params: dict) -> dict:
+    return {k: v for k, v in setting_of(params, extra=FEWSHOT_SETTING).items() if k not in NOT_SETTING}
+
+
+def budget_of(params: dict) -> str:
+    labels = (params.get("finetune") or {}).get("labels")
+    return "all" if labels in (None, "all") else str(labels)
 
 
 def run_cells(run: dict) -> list[dict]:
-    """(starting point, corpus, budget, seed, val, test) entries one run contributes."""
+    """(starting point, budget, seed, val, test) entries one run contributes."""
     params, metrics = run["params"], run["metrics"]
     init = (params.get("init") or {}).get("method", "none")
     loop_ran = (params.get("loop") or {}).get("max_iterations", "all") != 0
-    base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params["seed"],
-            "budget": str((params.get("finetune") or {}).get("labels"))}
+    setting = fewshot_setting(params)
+    base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
+            "budget": budget_of(params), "run": run["name"], "ran_at": run.get("ran_at") or "",
+            "evaluation": canonical(evaluation_of(params)), "setting": canonical(setting), "setting_params": setting}
     cells = []
     f0 = metrics.get("metrics/finetuned/f0.json")
-    if f0 and "test" in f0:
-        start = "seed model" if init == "none" else BASELINE_NAMES.get(init, init)
-        if init == "none" or not loop_ran:
-            cells.append({**base, "start": start, "val": f0["val"], "test": f0["test"]})
+    if f0 and "test" in f0 and (init == "none" or not loop_ran):
+        cells.append({**base, "start": BASELINE_NAMES.get(init, init), "val": f0["val"], "test": f0["test"]})
     best = metrics.get("metrics/finetuned/best.json")
     if best and "test" in best and loop_ran and init == "none":
         cells.append({**base, "start": "InfoCSE", "val": best["val"], "test": best["test"]})
@@ -61,8 +75,7 @@ def run_cells(run: dict) -> list[dict]:
 
 
 def plusplus_curve(metrics: dict) -> list[dict]:
-    """Fine-tuned val/test per InfoCSE++ round that ran, from the rounds' own metrics files (DVC
-    drops lists, such as the curve in metrics/plusplus.json, from `exp show`)."""
+    """Fine-tuned val/test per InfoCSE++ round that ran (round 1 = finetune@best)."""
     rounds = {1: metrics.get("metrics/finetuned/best.json")}
     for path, value in metrics.items():
         if path.startswith("metrics/finetuned/round-") and path.endswith(".json"):
@@ -71,27 +84,27 @@ def plusplus_curve(metrics: dict) -> list[dict]:
             if value and not value.get("stopped") and "val" in value]
 
 
-def collect(show: list[dict], current: dict, unfinished: set[str] = frozenset()) -> list[dict]:
-    cells, seen = [], set()
-    for run in finished_runs(show):
-        if (run["name"] in unfinished or fewshot_protocol(run["params"]) != fewshot_protocol(current)
-                or not metrics_match_params(run)):
-            continue
-        for cell in run_cells(run):
-            key = (cell["corpus"], cell["start"], cell["budget"], cell["seed"])
-            if key not in seen:
-                seen.add(key)
-                cells.append(cell)
-    return cells
+def collect(runs: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
+    """One cell per (corpus, evaluation, setting, start, budget, seed): the newest run's."""
+    kept, dropped = {}, []
+    cells = [cell for run in runs for cell in run_cells(run)]
+    for cell in sorted(cells, key=lambda c: (c["ran_at"], c["run"]), reverse=True):
+        key = (cell["corpus"], cell["evaluation"], cell["setting"], cell["start"], cell["budget"], cell["seed"])
+        if key in kept:
+            dropped.append((cell["run"], kept[key]["run"]))
+        else:
+            kept[key] = cell
+    return sorted(kept.values(), key=lambda c: (c["corpus"], c["evaluation"], c["setting"], c["start"], c["budget"],
+                                                c["seed"])), sorted(set(dropped))
 
 
-def best_baseline(cells: list[dict], corpus: str) -> str | None:
+def best_baseline(cells: list[dict]) -> str | None:
     """The baseline with the highest mean validation MRR@10 after fine-tuning (validation only),
     scored on the (budget, seed) runs every candidate has, since fine-tuned scores grow with the
     budget. Where the candidates share no run, only those run most often are candidates."""
     runs = {}
     for c in cells:
-        if c["corpus"] == corpus and c["start"] not in ("seed model", "InfoCSE", "InfoCSE++"):
+        if c["start"] not in FIXED_STARTS:
             runs.setdefault(c["start"], {})[(c["budget"], c["seed"])] = c["val"]["mrr@10"]
     if not runs:
         return None
@@ -104,6 +117,10 @@ def best_baseline(cells: list[dict], corpus: str) -> str | None:
     return max(sorted(mean_val), key=mean_val.get)
 
 
+def budget_order(budget: str) -> tuple:
+    return budget == "all", int(budget) if budget.isdigit() else 0
+
+
 def cell_text(group: list[dict]) -> str:
     if not group:
         return "–"
@@ -112,94 +129,120 @@ def cell_text(group: list[dict]) -> str:
         values = [c["test"][metric] for c in group]
         spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
         parts.append(f"{statistics.mean(values):.3f}{spread}")
-    return " / ".join(parts) + f" (n={len(group)})"
+    return " / ".join(parts) + f" (n = {len(group)})"
 
 
 def paired_differences(mine: list[dict], budgets: list[str], baseline: str | None, metric: str) -> list[str]:
-    """Test `metric` of one starting point minus another's, paired by seed (same split, same labels),
-    per budget, with the comparison report's verdict (beyond the spread: |mean| > 2 SE, n >= 3)."""
+    """Test `metric` of one starting point minus another's, paired by seed, per budget."""
     contrasts = [("InfoCSE", "seed model"), ("InfoCSE++", "InfoCSE"), ("InfoCSE++", "seed model")]
     if baseline:
         contrasts[1:1] = [(baseline, "seed model"), ("InfoCSE", baseline), ("InfoCSE++", baseline)]
-    lines = [f"Paired by seed, test {metric} (first minus second; verdict as in reports/comparison.md):", "",
-             "| difference | " + " | ".join(f"{b} labels" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
+    records = []
     for first, second in contrasts:
-        cells = []
+        record = [f"{first} − {second}"]
         for budget in budgets:
             other = {c["seed"]: c for c in mine if c["start"] == second and c["budget"] == budget}
-            deltas = [c["test"][metric] - other[c["seed"]]["test"][metric]
+            values = [c["test"][metric] - other[c["seed"]]["test"][metric]
                       for c in mine if c["start"] == first and c["budget"] == budget and c["seed"] in other]
-            text, verdict = delta_verdict(deltas)
-            cells.append(text if text == "–" else f"{text}: {verdict}")
-        lines.append(f"| {first} − {second} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+            interval = t_interval(values)
+            record.append(f"{format_interval(interval)}: {verdict(interval)}" if values else "–")
+        records.append(record)
+    return [f"Paired by seed, test {metric} (first minus second; mean difference [95% t-interval] (n = seeds)):", "",
+            markdown_table(pd.DataFrame(records, columns=["difference", *(f"{b} labels" for b in budgets)])), ""]
 
 
-def render(cells: list[dict]) -> str:
+def per_run_table(mine: list[dict], starts: list[str]) -> str:
+    order = {start: i for i, start in enumerate(starts)}
+    records = [{"start": c["start"], "labels": c["budget"], "seed": str(c["seed"]), "run": c["run"],
+                "val mrr@10": f"{c['val']['mrr@10']:.3f}", "test recall@1": f"{c['test']['recall@1']:.3f}",
+                "test mrr@10": f"{c['test']['mrr@10']:.3f}"}
+               for c in sorted(mine, key=lambda c: (order.get(c["start"], len(order)), c["start"],
+                                                    budget_order(c["budget"]), c["seed"]))]
+    return markdown_table(pd.DataFrame(records))
+
+
+def group_section(mine: list[dict], title: str) -> list[str]:
+    baseline = best_baseline(mine)
+    starts = ["seed model", *([baseline] if baseline else []), "InfoCSE", "InfoCSE++"]
+    shown = [c for c in mine if c["start"] in starts]
+    budgets = sorted({c["budget"] for c in shown}, key=budget_order)  # not one only another baseline has
+    records = [[f"best baseline: {start}" if start == baseline else start,
+                *(cell_text([c for c in shown if c["start"] == start and c["budget"] == b]) for b in budgets)]
+               for start in starts]
+    lines = [title, "", markdown_table(pd.DataFrame(records, columns=["start", *(f"{b} labels" for b in budgets)])), ""]
+    for metric in METRICS:
+        lines += paired_differences(shown, budgets, baseline, metric)
+    return lines + ["Per run:", "", per_run_table(shown, starts), ""]
+
+
+INTRO = [
+    "Cell: test Recall@1 / MRR@10 after fine-tuning, mean ± sd over runs, n runs (each run has its own `seed`: "
+    "label split, label sample and training). The best baseline is picked by fine-tuned validation MRR@10 on the "
+    "budgets and seeds every baseline was run with; nothing is chosen by test.", "",
+    "- seed model / best baseline: that model fine-tuned (`finetune@f0` of its run).",
+    "- InfoCSE: the InfoCSE model chosen by validation, fine-tuned (`finetune@best`, InfoCSE++ round 1).",
+    "- InfoCSE++: the fine-tuned round chosen by validation (`metrics/plusplus.json`); each later round runs "
+    "InfoCSE from the previous round's fine-tuned model, then fine-tunes again, until validation stops "
+    "improving or `plusplus.max_rounds`. Round 1 can be chosen, so InfoCSE++ equals InfoCSE where round 2 did "
+    "not help on validation.",
+    "- Differences are paired by seed; a verdict is higher or lower only when the 95% t-interval excludes 0.",
+]
+
+
+def render(runs: list[dict]) -> str:
     lines = ["# Few-shot fine-tuning: seed model, best baseline, InfoCSE, InfoCSE++", "",
-             "Made by `python -m scripts.compare_fewshot`. Cell: test Recall@1 / MRR@10 after fine-tuning, mean ± sd "
-             "over runs (each run has its own `seed`: label split, label sample and training). The best baseline is "
-             "picked by fine-tuned validation MRR@10 on the budgets and seeds every baseline was run with; nothing is "
-             "chosen by test.", "",
-             "- seed model / best baseline: that model fine-tuned (`finetune@f0` of its run).",
-             "- InfoCSE: the InfoCSE model chosen by validation, fine-tuned (`finetune@best`, InfoCSE++ round 1).",
-             "- InfoCSE++: the fine-tuned round chosen by validation (`metrics/plusplus.json`); each later round runs "
-             "InfoCSE from the previous round's fine-tuned model, then fine-tunes again, until validation stops "
-             "improving or `plusplus.max_rounds`. Round 1 can be chosen, so InfoCSE++ equals InfoCSE where "
-             "round 2 did not help on validation.", ""]
+             "Made by `python -m scripts.make_reports` (or `python -m scripts.compare_fewshot`) from the committed "
+             f"run files in `{RUNS_DIR}/` alone.", ""]
+    cells, dropped = collect(runs)
+    if not cells:
+        what = "holds no run file" if not runs else "holds no run with fine-tuning metrics"
+        return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` {what}. Queue them with "
+                                  "`bash scripts/queue_fewshot.sh`, export them (`python -m scripts.export_runs "
+                                  "--wait`) and run this command again.", ""])
+    lines += INTRO + [""]
+    if dropped:
+        lines += ["Not counted (a newer run has the same corpus, setting, start, budget and seed): " +
+                  "; ".join(f"{old} (kept {new})" for old, new in dropped) + ".", ""]
     for corpus in sorted({c["corpus"] for c in cells}):
         mine = [c for c in cells if c["corpus"] == corpus]
-        baseline = best_baseline(mine, corpus)
-        starts = ["seed model", *([baseline] if baseline else []), "InfoCSE", "InfoCSE++"]
-        budgets = sorted({c["budget"] for c in mine if c["start"] in starts},  # not one only another baseline has
-                         key=lambda b: (b == "all", int(b) if b.isdigit() else 0))
-        lines += [f"## Corpus: {corpus}", "", "| start | " + " | ".join(f"{b} labels" for b in budgets) + " |",
-                  "|---|" + "---|" * len(budgets)]
-        for start in starts:
-            label = f"best baseline: {start}" if start == baseline else start
-            lines.append(f"| {label} | " + " | ".join(
-                cell_text([c for c in mine if c["start"] == start and c["budget"] == b]) for b in budgets) + " |")
-        lines.append("")
-        for metric in METRICS:
-            lines += paired_differences(mine, budgets, baseline, metric)
+        groups = sorted({(c["evaluation"], c["setting"]) for c in mine})
+        keys = varying_keys([{**json.loads(e), **json.loads(s)} for e, s in groups])
+        for evaluation, setting in groups:
+            title = f"## Corpus: {corpus}"
+            if len(groups) > 1:
+                title += f" ({label({**json.loads(evaluation), **json.loads(setting)}, keys)})"
+            lines += group_section([c for c in mine if (c["evaluation"], c["setting"]) == (evaluation, setting)], title)
     return "\n".join(lines)
 
 
-def plot_rounds(cells: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    figure, axis = plt.subplots(figsize=(6, 4))
-    for corpus, budget in sorted({(c["corpus"], c["budget"]) for c in cells if c.get("curve")}):
-        curves = [c["curve"] for c in cells if c.get("curve") and c["corpus"] == corpus and c["budget"] == budget]
+def plot_rounds(runs: list[dict], path: Path = PLOT) -> None:
+    """InfoCSE++ fine-tuned MRR@10 per round, mean over runs, per corpus and budget."""
+    cells = [c for c in collect(runs)[0] if c.get("curve")]
+    figure = Figure(figsize=(6, 4))
+    axis = figure.add_subplot()
+    for corpus, budget in sorted({(c["corpus"], c["budget"]) for c in cells}):
+        curves = [c["curve"] for c in cells if c["corpus"] == corpus and c["budget"] == budget]
         rounds = sorted({point["round"] for curve in curves for point in curve})
         for split, style in (("val", "-"), ("test", "--")):
             means = [statistics.mean(p[split]["mrr@10"] for curve in curves for p in curve if p["round"] == r)
                      for r in rounds]
             axis.plot(rounds, means, style, marker="o", label=f"{corpus}, {budget} labels, {split} (n={len(curves)})")
-    axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if not cells:
+        axis.text(0.5, 0.5, "no InfoCSE++ runs yet", ha="center", va="center")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("InfoCSE++ round")
     axis.set_ylabel("fine-tuned mrr@10")
     axis.set_title("InfoCSE++ round by round (mean over runs)")
     if axis.get_legend_handles_labels()[0]:
         axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, format="png", dpi=100, metadata={"Software": None})
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main() -> None:
-    result = subprocess.run([sys.executable, "-m", "dvc", "exp", "show", "--json", "--all-commits"],
-                            capture_output=True, text=True, check=True)
-    cells = collect(json.loads(result.stdout), yaml.safe_load(Path("params.yaml").read_text()), unfinished_experiments())
-    if not cells:
-        sys.exit("no finished run has fine-tuning metrics with the current protocol")
-    REPORT.write_text(render(cells), encoding="utf-8")
-    plot_rounds(cells, PLOT)
-    print(REPORT.read_text())
+    runs = load_runs()
+    write_text(REPORT, render(runs))
+    plot_rounds(runs, PLOT)
+    print(f"wrote {REPORT} and {PLOT} from {len(runs)} run file(s) in {RUNS_DIR}/")
 
 
 if __name__ == "__main__":

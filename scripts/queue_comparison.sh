@@ -1,28 +1,42 @@
 #!/usr/bin/env bash
-# Queue the runs behind reports/comparison.md as `dvc exp run` experiments, then run them one at
-# a time and gather the report:
+# Queue the runs behind reports/comparison.md as `dvc exp run` experiments of the self-supervised
+# part of the pipeline (targets `select report`: no labels, no fine-tuning), then run them one at a
+# time, export them as committed run files and regenerate the reports:
 #
-#   bash scripts/queue_comparison.sh [main|ablations|all] [corpus ...]   # default: main bbc manpages
+#   bash scripts/queue_comparison.sh [main|ablations|sweep|all] [corpus ...]
 #   dvc queue start -j 1          # one at a time: each run uses every core
-#   python -m scripts.compare_experiments
+#   python -m scripts.export_runs --wait && python -m scripts.make_reports
+#   git add results/runs reports  # the run files are the data behind every report
 #
-# main:      for seeds 0 1 2: the seed model + InfoCSE (init none), and one round of SimCSE, CONPONO, ICT
+# main:      seeds 0 1 2: the seed model + InfoCSE (init none), and one round of SimCSE, CONPONO, ICT
 # ablations: seed 0: Mirror-BERT, ConSERT, K=2, K=3, InfoCSE from each init (conpono, simcse,
 #            ict), round 1 mined by all-mpnet-base-v2; seeds 0 1 2: IDC K-means
-# Each experiment is named <corpus>-<row>-s<seed>; an existing name is replaced (--force).
+# sweep:     the pair budget, InfoCSE and CONPONO at the same budget, seeds 0 1 2: 2,560 pairs at
+#            20 per document (the default: the main runs), and every pair at 10, 20 and 40 per
+#            document (budget.max_pairs=all)
+# Corpora default to "bbc manpages" (sweep: manpages). Each experiment is named
+# <corpus>-<row>[-<budget>]-s<seed>; an existing name is replaced (--force). Experiments run the
+# committed code: commit before queueing (export_runs records any uncommitted code it finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set_name="${1:-main}"
 shift || true
-corpora=("${@:-bbc manpages}")
-corpora=(${corpora[@]})
-seeds=(0 1 2)  # the main table's runs, and the K-means ablation's
+if [[ $# -gt 0 ]]; then
+  corpora=("$@")
+elif [[ "$set_name" == sweep ]]; then
+  corpora=(manpages)
+else
+  corpora=(bbc manpages)
+fi
+seeds=(0 1 2)
+# budget -> "max_pairs_per_document max_pairs"; `default` is params.yaml's (its runs are the main set's)
+declare -A budgets=([default]="20 2560" [all10]="10 all" [all20]="20 all" [all40]="40 all")
 
-queue() {  # queue NAME PARAM...
+queue() {  # queue NAME PARAM...: the unlabelled stages only
   local name="$1"; shift
   local args=()
   for param in "$@"; do args+=(-S "$param"); done
-  dvc exp run --queue --force -n "$name" "${args[@]}"
+  dvc exp run --queue --force -n "$name" "${args[@]}" select report
 }
 
 for corpus in "${corpora[@]}"; do
@@ -50,5 +64,22 @@ for corpus in "${corpora[@]}"; do
     done
     queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
   fi
+  if [[ "$set_name" == sweep || "$set_name" == all ]]; then
+    for budget in default all10 all20 all40; do
+      read -r per_document max_pairs <<< "${budgets[$budget]}"
+      suffix="-$budget"
+      if [[ "$budget" == default ]]; then
+        [[ "$set_name" == all ]] && continue  # queued above as the main set's runs
+        suffix=""
+      fi
+      limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
+      for seed in "${seeds[@]}"; do
+        queue "$short-infocse$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}"
+        queue "$short-conpono$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" \
+          "init.method=conpono" "loop.max_iterations=0"
+      done
+    done
+  fi
 done
 dvc queue status
+echo "next: dvc queue start -j 1 && python -m scripts.export_runs --wait && python -m scripts.make_reports"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Queue the runs behind reports/fewshot.md as `dvc exp run` experiments, then run them one at a
-# time and gather the report:
+# Queue the runs behind reports/fewshot.md as `dvc exp run` experiments (the whole pipeline:
+# self-supervised stages, labels, fine-tuning, InfoCSE++), then run them one at a time, export them
+# as committed run files and regenerate the reports:
 #
 #   bash scripts/queue_fewshot.sh BASELINE [corpus]   # BASELINE: the comparison's best by validation, e.g. conpono
 #   dvc queue start -j 1
-#   python -m scripts.compare_fewshot
+#   python -m scripts.export_runs --wait && python -m scripts.make_reports
+#   git add results/runs reports
 #
 # For seeds 0 1 2 and each label budget (default 100 300 all; the few-shot pool holds 836 BBC
 # documents, 341 man pages): the seed model, InfoCSE and InfoCSE++ (up to ROUNDS rounds, default 3)
@@ -30,3 +32,4 @@ for labels in "${budgets[@]}"; do
   done
 done
 dvc queue status
+echo "next: dvc queue start -j 1 && python -m scripts.export_runs --wait && python -m scripts.make_reports"

@@ -44,7 +44,7 @@ def main() -> None:
         if active:
             texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
             model = load_model(mining_model(config, t), config.device, config.embed.max_seq_length)
-            embeddings = embed_sentences(model, texts, config.embed.batch_size)
+            embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.embed.precision)
         else:
             print(f"iteration {t}: skipped (the loop stopped)")
             embeddings = np.empty((0, 0), np.float32)

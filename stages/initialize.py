@@ -19,7 +19,7 @@ from infocse.io import write_json, write_parquet
 from infocse.models import load_model, mask_token_of, resolve_device, resolve_model_source, save_model
 from infocse.pairs import empty_pair_table
 from infocse.paths import SENTENCES, IterationPaths
-from infocse.training import train_at_length
+from infocse.training import device_training_precision, train_at_length
 
 
 def main() -> None:
@@ -27,12 +27,13 @@ def main() -> None:
     method = config.init_method
     paths = IterationPaths(0)
     started = time.perf_counter()
+    device = resolve_device(config.device)  # a bad device or precision fails here, before any model loads
+    device_training_precision(device, config.train.precision)
     source = resolve_model_source(config.seed_model)
     if method == "none":
         model = load_model(source, device="cpu")
         pairs, pair_stats, train_stats = empty_pair_table(), {"method": method}, {"skipped": True}
     else:
-        device = resolve_device(config.device)
         model = load_model(source, device)
         pairs, pair_stats = annotator_pairs(method, pd.read_parquet(SENTENCES), config.annotators, config.budget,
                                             config.seed, mask_token_of(model))

@@ -100,9 +100,13 @@ def main() -> None:
     plot_convergence(curve, metric)
     if first.get("val_queries", 0):
         chosen = f"Best iteration by validation: **{best}**."
+    elif corpus.get("documents_with_title") == 0:
+        chosen = (f"No document has a title, so there are no retrieval queries and no retrieval metrics: the table "
+                  f"shows pair statistics only. No validation was possible: nothing stopped the loop early, and "
+                  f"the last iteration run (**{best}**) was kept.")
     else:
-        chosen = (f"No val queries, so no validation was possible: every iteration ran and the last one "
-                  f"(**{best}**) was kept.")
+        chosen = (f"No val queries, so no validation was possible: nothing stopped the loop early, and the last "
+                  f"iteration run (**{best}**) was kept, not chosen by any metric (test was not used to choose).")
     lines = ["# InfoCSE run report", "",
              f"Corpus: {corpus.get('documents')} documents, {corpus.get('sentences')} sentences; "
              f"{first.get('val_queries', 0)} val and {first.get('test_queries', 0)} test queries "

@@ -25,8 +25,16 @@ def main() -> None:
                "test": chosen.get("test", {}),
                "iterations_run": sum(not state["stopped"] for state in states) - 1,
                "test_delta_vs_seed": {name: value - seed["test"][name] for name, value in chosen.get("test", {}).items()}}
+    val_queries = seed.get("val_queries", 0)
+    if val_queries:
+        summary["selected_by"] = f"validation {chosen['val_metric']} ({val_queries} val queries)"
+        print(f"best: iteration {best} ({chosen['val_metric']} on val {chosen['best_score']})")
+    else:
+        summary["selected_by"] = "none: no val queries, so no validation was possible; the last iteration run was kept"
+        print(f"no val queries, so no validation was possible: nothing stopped the loop early, and the last "
+              f"iteration run, iteration {best}, was kept (not chosen by any metric)")
+    summary["val_queries"] = val_queries
     write_json(BEST_METRICS, summary)
-    print(f"best: iteration {best} ({chosen['val_metric']} on val {chosen['best_score']})")
 
 
 if __name__ == "__main__":

@@ -21,9 +21,19 @@ def main() -> None:
     curve = [{"round": number, "val": state.get("val", {}), "test": state.get("test", {})}
              for number, state in sorted(states.items()) if not state["stopped"]]
     chosen = states[best]
+    if chosen.get("skipped"):
+        selected_by = "none: nothing was fine-tuned (no labelled pairs)"
+        print(f"InfoCSE++: nothing was fine-tuned (no labelled pairs); {PLUSPLUS_MODEL} is a placeholder")
+    elif chosen.get("val_queries", 0):
+        selected_by = f"validation {chosen['val_metric']} ({chosen['val_queries']} val queries)"
+        print(f"InfoCSE++: best is round {best} of {len(curve)} (val {chosen['val_metric']} {chosen['best_score']})")
+    else:
+        selected_by = "none: no val queries, so no validation was possible; the last round run was kept"
+        print(f"InfoCSE++: no val queries, so no validation was possible: the last round run, round {best} of "
+              f"{len(curve)}, was kept (not chosen by any metric)")
     write_json(PLUSPLUS_METRICS, {"best_round": best, "rounds_run": len(curve), "val": chosen["val"],
-                                  "test": chosen["test"], "labels": chosen["labels"], "curve": curve})
-    print(f"InfoCSE++: best is round {best} of {len(curve)} (val {chosen.get('val_metric')} {chosen['best_score']})")
+                                  "test": chosen["test"], "labels": chosen["labels"], "curve": curve,
+                                  "selected_by": selected_by})
 
 
 if __name__ == "__main__":

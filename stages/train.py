@@ -18,7 +18,7 @@ from infocse.io import write_json, write_placeholder
 from infocse.loop import iteration_is_active
 from infocse.models import load_model, resolve_device, save_model
 from infocse.paths import IterationPaths
-from infocse.training import check_devices, distributed_world, train_at_length
+from infocse.training import check_devices, device_training_precision, distributed_world, train_at_length
 
 
 def main() -> None:
@@ -40,6 +40,7 @@ def main() -> None:
         raise StageError(f"{paths.pairs} has no pairs to train on")
     device = resolve_device(config.device)
     check_devices(device, config.train.devices)
+    device_training_precision(device, config.train.precision)
     if world != config.train.devices:
         raise StageError(f"running on {world} process(es), but params `train.devices` is {config.train.devices}: "
                          "set params `train.launcher` to `python -m torch.distributed.run --standalone "

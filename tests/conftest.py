@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
+from pipeline_helpers import deep_merge
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -29,6 +31,18 @@ TOPICS = {
     "music": ["The band released a new album.", "The singer toured across Europe.", "Fans queued for concert tickets.",
               "The orchestra played a symphony.", "The guitarist wrote a ballad."],
 }
+
+
+def repo_params() -> dict:
+    """A fresh copy of the repository's params.yaml, as a raw mapping."""
+    return yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+
+
+def config_with(overrides: dict):
+    """A validated Config: params.yaml deep-merged with `overrides` (numbered chains replaced whole)."""
+    from infocse.config import parse_config
+
+    return parse_config(deep_merge(repo_params(), overrides))
 
 
 def tiny_documents() -> list[dict]:

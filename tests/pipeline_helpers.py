@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 def make_project(dest: Path, overrides: dict) -> Path:
     """A git + DVC project holding this repo's code, dvc.yaml and params.yaml (deep-merged with overrides)."""
     dest.mkdir(parents=True)
-    for code in [c for c in ("stages", "infocse") if (REPO / c).exists()]:
+    for code in ("stages", "infocse"):
         shutil.copytree(REPO / code, dest / code, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "corpus", dest / "corpus")
     for name in ("dvc.yaml", ".dvcignore"):
@@ -30,10 +30,13 @@ def make_project(dest: Path, overrides: dict) -> Path:
     return dest
 
 
+CHAINS = ("iterations", "rounds")  # numbered chains are replaced whole: merging would keep stale items
+
+
 def deep_merge(base: dict, overrides: dict) -> dict:
     merged = dict(base)
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict) and not key == "iterations":
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in CHAINS:
             merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value

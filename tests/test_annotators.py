@@ -1,27 +1,31 @@
-"""Positive-pair annotators (stages/annotators.py), checked pair by pair on hand-made documents."""
+"""Positive-pair annotators (infocse/annotators.py), checked pair by pair on hand-made documents.
+Their options are validated with all other params (tests/test_config.py)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from stages.annotators import (
+from infocse.annotators import (
     ANNOTATORS,
     annotate,
+    annotator_pairs,
     conpono_pairs,
     consert_pairs,
     ict_pairs,
     mirror_pairs,
     simcse_pairs,
 )
-from stages.cluster import PAIR_COLUMNS
-from stages.common import StageError
+from infocse.config import AnnotatorOptions, Budget
+from infocse.errors import StageError
+from infocse.pairs import PAIR_COLUMNS
 
-OPTIONS = {"mirror_span_words": 3, "consert_cutoff": 0.2, "ict_context_sentences": 1,
-           "ict_remove_probability": 0.9, "conpono_window": 2}
+OPTIONS = AnnotatorOptions(mirror_span_words=3, consert_cutoff=0.2, ict_context_sentences=1,
+                           ict_remove_probability=0.9, conpono_window=2)
 
 # Doc "a" has 4 sentences (ids 0-3), "b" one (id 4), "c" three (ids 5-7).
 DOCUMENTS = {
@@ -225,8 +229,12 @@ def test_annotate_passes_the_mask_token(small):
 
 
 def test_annotate_reads_only_its_own_options(small):
-    assert len(annotate("conpono", small, {"conpono_window": 1}, seed=0)) == 5
-    assert len(annotate("simcse", small, {}, seed=0)) == 8
+    """Changing the other annotators' options changes nothing; changing its own does."""
+    others = AnnotatorOptions(mirror_span_words=1, consert_cutoff=0.9, ict_context_sentences=5,
+                              ict_remove_probability=0.0, conpono_window=OPTIONS.conpono_window)
+    pd.testing.assert_frame_equal(annotate("conpono", small, others, seed=0), annotate("conpono", small, OPTIONS, seed=0))
+    assert len(annotate("conpono", small, replace(OPTIONS, conpono_window=1), seed=0)) == 5
+    pd.testing.assert_frame_equal(annotate("simcse", small, others, seed=0), annotate("simcse", small, OPTIONS, seed=0))
 
 
 def test_unknown_annotator_is_a_stage_error(small):
@@ -234,24 +242,20 @@ def test_unknown_annotator_is_a_stage_error(small):
         annotate("bert", small, OPTIONS, seed=0)
 
 
-@pytest.mark.parametrize("method, key, value, message", [
-    ("conpono", "conpono_window", 0, "params `annotators.conpono_window` must be an integer >= 1, got 0"),
-    ("conpono", "conpono_window", 1.5, "`annotators.conpono_window` must be an integer >= 1, got 1.5"),
-    ("mirror", "mirror_span_words", -2, "`annotators.mirror_span_words` must be an integer >= 1, got -2"),
-    ("ict", "ict_context_sentences", 0, "`annotators.ict_context_sentences` must be an integer >= 1, got 0"),
-    ("ict", "ict_remove_probability", 1.5, r"`annotators.ict_remove_probability` must be a number in \[0, 1\], got 1.5"),
-    ("consert", "consert_cutoff", -0.1, r"`annotators.consert_cutoff` must be a number in \[0, 1\], got -0.1"),
-    ("consert", "consert_cutoff", True, r"`annotators.consert_cutoff` must be a number in \[0, 1\], got True"),
-    ("consert", "consert_cutoff", "0.2", r"`annotators.consert_cutoff` must be a number in \[0, 1\], got '0.2'"),
-])
-def test_bad_options_are_stage_errors(small, method, key, value, message):
-    with pytest.raises(StageError, match=message):
-        annotate(method, small, {**OPTIONS, key: value}, seed=0)
-
-
-def test_missing_option_is_a_stage_error(small):
-    with pytest.raises(StageError, match="`annotators.ict_remove_probability` is missing"):
-        annotate("ict", small, {"ict_context_sentences": 1}, seed=0)
+def test_annotator_pairs_are_capped_by_the_shared_budget(small):
+    """CONPONO at window 2 mines 5 pairs in doc a and 3 in doc c; two per document keeps 2 + 2, a
+    subset of the candidates, with statistics of the kept pairs and the count mined."""
+    candidates = annotate("conpono", small, OPTIONS, seed=0)
+    pairs, stats = annotator_pairs("conpono", small, OPTIONS, Budget(max_pairs_per_document=2, max_pairs=None), seed=0)
+    assert_pair_frame(pairs)
+    assert pairs["doc_id"].tolist() == ["a", "a", "c", "c"]
+    assert set(id_pairs(pairs)) <= set(id_pairs(candidates))
+    assert stats["method"] == "conpono" and stats["pairs_mined"] == 8 and stats["pairs"] == 4
+    assert stats["documents_in_pairs"] == 2
+    capped, _ = annotator_pairs("conpono", small, OPTIONS, Budget(max_pairs_per_document=None, max_pairs=3), seed=0)
+    assert len(capped) == 3 and set(id_pairs(capped)) <= set(id_pairs(candidates))
+    uncapped, _ = annotator_pairs("conpono", small, OPTIONS, Budget(None, None), seed=0)
+    pd.testing.assert_frame_equal(uncapped, candidates)
 
 
 @pytest.mark.parametrize("method", ["ict", "conpono"])

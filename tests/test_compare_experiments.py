@@ -1,17 +1,19 @@
-"""The comparison report (scripts/compare_experiments.py) on a hand-made `dvc exp show --json`:
-rows per run, grouping and dedupe, the protocol filter, deltas paired by seed, verdicts."""
+"""The comparison report (scripts/compare_experiments.py) from hand-made run files: rows per run,
+grouping by corpus / setting / method, dedupe, deltas paired by seed with t-intervals checked
+against scipy, the budget sweep table, byte-identical output, and the report with no runs."""
 
 from __future__ import annotations
 
 import copy
+import json
 
+import numpy as np
 import pytest
+from conftest import repo_params
+from pipeline_helpers import deep_merge
+from scipy import stats
 
-from scripts.compare_experiments import collect, delta_verdict, render, run_rows
-
-PROTOCOL = {"budget": {"max_pairs_per_document": 20, "max_pairs": 2560}, "train": {"batch_size": 32},
-            "evaluate": {"metric": "mrr@10"}, "split": {"fewshot": 0.4, "val": 0.2, "test": 0.4},
-            "seed_model": "all-MiniLM-L6-v2"}
+from scripts import compare_experiments as compare
 
 
 def state(r1: float, val_mrr: float = 0.5, stopped: bool = False) -> dict:
@@ -21,107 +23,176 @@ def state(r1: float, val_mrr: float = 0.5, stopped: bool = False) -> dict:
             "test": {"recall@1": r1, "recall@5": r1, "recall@10": r1, "mrr@10": r1 + 0.1}}
 
 
-def run_data(seed: int, init: str, states: list[dict], best: int, corpus: str = "bbc", **params) -> dict:
-    metrics = {f"metrics/iterations/iter-{t}/retrieval.json": {"data": s} for t, s in enumerate(states)}
-    metrics["metrics/iterations/iter-0/pairs.json"] = {"data": {"method": init}}
-    metrics["metrics/corpus.json"] = {"data": {"manpages_version": "6.03-2"} if corpus == "manpages" else {}}
+def make_run(name: str, seed: int, init: str, states: list[dict], best: int, corpus: str = "bbc",
+             ran_at: str = "2030-01-01T00:00:00", pairs: int = 2560, **overrides) -> dict:
+    """A run file as scripts/export_runs.py writes it: full params, metrics per iteration."""
+    metrics = {f"metrics/iterations/iter-{t}/retrieval.json": s for t, s in enumerate(states)}
     for t, s in enumerate(states):
         trained = (t == 0 and init != "none") or (t > 0 and not s["stopped"])
-        metrics[f"metrics/iterations/iter-{t}/train.json"] = {"data": {"skipped": not trained, "seconds": 100.0}}
-        if trained:
-            metrics[f"metrics/iterations/iter-{t}/pairs.json"] = {"data": {"pairs": 2560, "mean_token_jaccard": 0.1 * (t + 1),
-                                                                       **({"method": init} if t == 0 else {})}}
-    metrics["metrics/best.json"] = {"data": {"iteration": best}}
-    all_params = {**copy.deepcopy(PROTOCOL), "seed": seed, "corpus": {"source": corpus}, "init": {"method": init},
-                  "idc": {"method": "partition", "k": 1, "first_round_annotator": "current"}, **params}
-    return {"params": {"params.yaml": {"data": all_params}}, "metrics": metrics}
+        metrics[f"metrics/iterations/iter-{t}/train.json"] = (
+            {"skipped": False, "seconds": 100.0, "steps": 80, "pairs_used": pairs - 1} if trained
+            else {"skipped": True, "seconds": 0.1})
+        metrics[f"metrics/iterations/iter-{t}/pairs.json"] = (
+            {"pairs": pairs, "mean_token_jaccard": 0.1 * (t + 1)} if trained else {"method": init})
+    metrics["metrics/best.json"] = {"iteration": best}
+    params = deep_merge(repo_params(), {"seed": seed, "corpus": {"source": corpus}, "init": {"method": init},
+                                        **overrides})
+    return {"name": name, "commit": "c" * 40, "ran_at": ran_at, "params": params, "metrics": metrics}
 
 
-def show_of(*runs: tuple[str, dict]) -> list[dict]:
-    """One commit whose experiments are `runs` (name, data); the commit's own run is the first."""
-    (head_name, head), *experiments = runs
-    return [{"rev": "workspace", "data": head},
-            {"rev": "a" * 40, "name": head_name, "data": head,
-             "experiments": [{"name": name, "revs": [{"rev": "b" * 40, "name": name, "data": data}]}
-                             for name, data in experiments]}]
+def write_runs(folder, runs: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        (folder / f"{run['name']}.json").write_text(json.dumps(run, sort_keys=True, indent=1))
+
+
+def lines_starting(text: str, prefix: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def difference_rows(text: str, method: str) -> list[str]:
+    """The method's rows in the tables of paired differences (the only ones with intervals)."""
+    return [line for line in lines_starting(text, f"| {method} ") if "(n = " in line]
 
 
 def test_a_loop_run_gives_a_seed_row_and_the_chosen_model():
-    data = run_data(0, "none", [state(0.60), state(0.62, 0.6), state(0.61, 0.55)], best=1)
-    seed_row, infocse = run_rows({"name": "r", "params": data["params"]["params.yaml"]["data"],
-                                  "metrics": {p: v["data"] for p, v in data["metrics"].items()}})
+    run = make_run("r", 0, "none", [state(0.60), state(0.62, 0.6), state(0.61, 0.55)], best=1)
+    seed_row, infocse = compare.run_rows(run)
     assert seed_row["method"] == "seed model" and seed_row["test"]["recall@1"] == 0.60 and seed_row["pairs"] == 0
-    assert infocse["method"] == "InfoCSE (init none, K=1)" and infocse["test"]["recall@1"] == 0.62
+    assert infocse["method"] == compare.REFERENCE and infocse["test"]["recall@1"] == 0.62
     assert infocse["pairs"] == 2560 and infocse["train_seconds"] == 100.0  # only the rounds up to the chosen one
+    assert infocse["mean_batch"] == pytest.approx(2559 / 80)
     assert infocse["curve"] == [(0, 0.5), (1, 0.6), (2, 0.55)]
 
 
 def test_a_baseline_run_is_one_row_named_after_its_annotator():
-    data = run_data(1, "conpono", [state(0.65), state(0, stopped=True)], best=0)
-    rows = run_rows({"name": "r", "params": data["params"]["params.yaml"]["data"],
-                     "metrics": {p: v["data"] for p, v in data["metrics"].items()}})
+    rows = compare.run_rows(make_run("r", 1, "conpono", [state(0.65), state(0, stopped=True)], best=0,
+                                     loop={"max_iterations": 0}))
     assert [row["method"] for row in rows] == ["CONPONO"]
     assert rows[0]["pairs"] == 2560 and rows[0]["token_jaccard"] == pytest.approx(0.1)
 
 
-def test_collect_dedupes_by_corpus_method_seed_and_drops_other_protocols():
-    newest = run_data(0, "none", [state(0.60), state(0.62)], best=1)
-    older_same_seed = run_data(0, "none", [state(0.50), state(0.52)], best=1)
-    other_budget = run_data(1, "simcse", [state(0.9)], best=0, budget={"max_pairs_per_document": 20, "max_pairs": 10})
-    rows = collect(show_of(("head", newest), ("old", older_same_seed), ("cheap", other_budget)),
-                   {**PROTOCOL, "seed": 0})
-    assert sorted((row["method"], row["seed"], row["test"]["recall@1"]) for row in rows) == [
-        ("InfoCSE (init none, K=1)", 0, 0.62), ("seed model", 0, 0.60)]
+def test_budget_is_a_setting_seed_and_device_are_not():
+    base = repo_params()
+    other_budget = deep_merge(base, {"budget": {"max_pairs": "all", "max_pairs_per_document": 10}})
+    elsewhere = deep_merge(base, {"seed": 3, "device": "cuda", "train": {"devices": 2}, "engine": {"name": "ray"}})
+    assert compare.setting_of(base) != compare.setting_of(other_budget)
+    assert compare.setting_of(base) == compare.setting_of(elsewhere)
+    assert compare.setting_of(base)["budget.max_pairs"] == 2560
+    # a param added later counts as a setting without any change here
+    assert "train.new_knob" in compare.setting_of(deep_merge(base, {"train": {"new_knob": 1}}))
 
 
-def test_old_runs_with_the_budget_under_idc_count_as_the_same_protocol():
-    old = run_data(2, "none", [state(0.6), state(0.7)], best=1)
-    params = old["params"]["params.yaml"]["data"]
-    params.pop("budget")
-    params.pop("init")
-    params["idc"] = {"k": 1, "max_pairs_per_document": 20, "max_pairs": 2560}
-    rows = collect(show_of(("old", old)), PROTOCOL)
-    assert [row["method"] for row in rows] == ["seed model", "InfoCSE (init none, K=1)"]
+def test_newest_run_wins_per_setting_method_and_seed():
+    newest = make_run("new", 0, "none", [state(0.60), state(0.62)], best=1, ran_at="2030-02-01T00:00:00")
+    older = make_run("old", 0, "none", [state(0.50), state(0.52)], best=1, ran_at="2030-01-01T00:00:00")
+    other_budget = make_run("cheap", 0, "none", [state(0.60), state(0.70)], best=1, budget={"max_pairs": 10})
+    rows, dropped = compare.collect([newest, older, other_budget])
+    assert sorted((r["run"], r["method"]) for r in rows) == [
+        ("cheap", compare.REFERENCE), ("cheap", "seed model"), ("new", compare.REFERENCE), ("new", "seed model")]
+    assert dropped == [("old", "new")]
 
 
-@pytest.mark.parametrize("deltas, verdict", [
-    ([0.02, 0.03, 0.025], "higher, beyond the spread"),
-    ([0.02, -0.03, 0.01], "within the spread"),
-    ([-0.02, -0.03, -0.025], "lower, beyond the spread"),
-    ([0.05, 0.06], "n=2: too few runs to tell"),
-])
-def test_delta_verdict(deltas, verdict):
-    assert delta_verdict(deltas)[1] == verdict
+def test_paired_differences_use_the_t_interval_over_seeds():
+    """SimCSE minus the seed model of the same seed: +0.10, +0.06, +0.09 -> mean and interval as
+    scipy.stats.t.interval gives them; the seed models differ from seed to seed, the pairing removes it."""
+    runs, gains = [], [0.10, 0.06, 0.09]
+    for seed, (start, gain) in enumerate(zip([0.60, 0.66, 0.55], gains)):
+        runs.append(make_run(f"i{seed}", seed, "none", [state(start)], best=0))
+        runs.append(make_run(f"s{seed}", seed, "simcse", [state(start + gain)], best=0, loop={"max_iterations": 0}))
+    text = compare.render(runs)
+    low, high = stats.t.interval(0.95, 2, loc=np.mean(gains), scale=stats.sem(gains))
+    expected = f"+{np.mean(gains):.3f} [{low:+.3f}, {high:+.3f}] (n = 3)"
+    (simcse,) = difference_rows(text, "SimCSE")
+    assert cells(simcse)[1:3] == [expected, "higher (95% CI above 0)"], simcse
+    per_run = [cells(line) for line in lines_starting(text, "| SimCSE ") if cells(line)[2].startswith("s")]
+    assert [(row[1], row[2], row[8]) for row in per_run] == [("0", "s0", "+0.100"), ("1", "s1", "+0.060"),
+                                                             ("2", "s2", "+0.090")]
 
 
-def test_render_pairs_deltas_by_seed():
-    """Δ is taken against the seed model of the same seed: 0.70-0.60 and 0.72-0.66 -> +0.080 ± 0.028."""
-    runs = [("s0", run_data(0, "none", [state(0.60)], best=0)), ("s1", run_data(1, "none", [state(0.66)], best=0)),
-            ("b0", run_data(0, "simcse", [state(0.70)], best=0)), ("b1", run_data(1, "simcse", [state(0.72)], best=0))]
-    text = render(collect(show_of(*runs), PROTOCOL), {**PROTOCOL, "seed": 0})
-    simcse = next(line for line in text.splitlines() if line.startswith("| SimCSE"))
-    assert "+0.080 ± 0.028 (2/2 > 0)" in simcse and "n=2: too few runs to tell" in simcse
-    assert "| 2 (0, 1) |" in simcse
+def test_a_mean_beyond_two_standard_errors_is_not_called_higher_at_n_3():
+    """+0.01, +0.03, +0.05: mean 0.03 > 2 SE (0.023), yet the 95% t-interval contains 0."""
+    runs = []
+    for seed, gain in enumerate([0.01, 0.03, 0.05]):
+        runs.append(make_run(f"i{seed}", seed, "none", [state(0.6)], best=0))
+        runs.append(make_run(f"c{seed}", seed, "conpono", [state(0.6 + gain)], best=0, loop={"max_iterations": 0}))
+    (conpono,) = difference_rows(compare.render(runs), "CONPONO")
+    assert cells(conpono)[2] == "no difference shown (95% CI contains 0)", conpono
 
 
-def test_train_devices_is_not_part_of_the_protocol():
-    run = run_data(0, "none", [state(0.6)], best=0)
-    current = {**PROTOCOL, "train": {**PROTOCOL["train"], "devices": 1}}
-    assert [row["method"] for row in collect(show_of(("r", run)), current)] == ["seed model"]
+def test_methods_are_compared_with_infocse_of_the_same_setting_and_seed():
+    runs = [make_run(f"i{seed}", seed, "none", [state(0.5), state(0.60 + 0.01 * seed)], best=1) for seed in range(3)]
+    runs += [make_run(f"c{seed}", seed, "conpono", [state(0.55 + 0.02 * seed)], best=0, loop={"max_iterations": 0})
+             for seed in range(3)]
+    rows, _ = compare.collect(runs)
+    conpono = [r for r in rows if r["method"] == "CONPONO"]
+    assert [round(compare.delta(r, "infocse_ref", "test", "recall@1"), 6) for r in conpono] == [-0.05, -0.04, -0.03]
+    assert [compare.delta(r, "seed_ref", "test", "recall@1") for r in conpono] == pytest.approx([0.05, 0.07, 0.09])
 
 
-def test_a_queued_experiment_showing_its_parents_metrics_is_left_out():
-    """DVC shows a queued or running experiment with the metrics of the commit it came from."""
-    finished = run_data(0, "none", [state(0.6)], best=0, corpus="manpages")
-    stale = run_data(0, "none", [state(0.9)], best=0)  # the parent's BBC metrics, not simcse on manpages
-    stale["params"]["params.yaml"]["data"].update({"init": {"method": "simcse"}, "corpus": {"source": "manpages"}})
-    rows = collect(show_of(("done", finished), ("queued", stale)), PROTOCOL)
-    assert [(row["method"], row["test"]["recall@1"]) for row in rows] == [("seed model", 0.6)]
+def test_budget_sweep_table_has_one_row_per_setting_and_method():
+    runs = []
+    budgets = {"": {}, "-all20": {"budget": {"max_pairs": "all", "max_pairs_per_document": 20}},
+               "-all10": {"budget": {"max_pairs": "all", "max_pairs_per_document": 10}}}
+    for suffix, budget in budgets.items():
+        for seed in range(3):
+            runs.append(make_run(f"man-infocse{suffix}-s{seed}", seed, "none", [state(0.5), state(0.55)], best=1,
+                                 corpus="manpages", **budget))
+            runs.append(make_run(f"man-conpono{suffix}-s{seed}", seed, "conpono", [state(0.56)], best=0,
+                                 corpus="manpages", loop={"max_iterations": 0}, **budget))
+    text = compare.render(runs)
+    sweep = text.split("### Budget sweep: manpages")[1].split("###")[0]
+    rows = lines_starting(sweep, "| budget.")
+    assert [cells(row)[0:3] for row in rows] == [
+        ["budget.max_pairs_per_document=10, budget.max_pairs=all", "CONPONO", "3"],
+        ["budget.max_pairs_per_document=10, budget.max_pairs=all", compare.REFERENCE, "3"],
+        ["budget.max_pairs_per_document=20, budget.max_pairs=2560", "CONPONO", "3"],
+        ["budget.max_pairs_per_document=20, budget.max_pairs=2560", compare.REFERENCE, "3"],
+        ["budget.max_pairs_per_document=20, budget.max_pairs=all", "CONPONO", "3"],
+        ["budget.max_pairs_per_document=20, budget.max_pairs=all", compare.REFERENCE, "3"]]
+    # CONPONO vs InfoCSE of the same setting: +0.01 in every seed (sd 0: a zero-width interval)
+    assert cells(rows[0])[7] == "+0.010 [+0.010, +0.010] (n = 3)"
+    # every setting has its own means and per-run tables
+    assert text.count("### manpages, setting: ") == 3
 
 
-def test_methods_are_also_compared_with_infocse_paired_by_seed():
-    runs = [(f"i{seed}", run_data(seed, "none", [state(0.5), state(0.60 + 0.01 * seed)], best=1)) for seed in range(3)]
-    runs += [(f"c{seed}", run_data(seed, "conpono", [state(0.55 + 0.01 * seed)], best=0)) for seed in range(3)]
-    text = render(collect(show_of(*runs), PROTOCOL), {**PROTOCOL, "seed": 0})
-    conpono = [line for line in text.splitlines() if line.startswith("| CONPONO |")][-1]
-    assert conpono.startswith("| CONPONO | -0.050 ± 0.000 (0/3 > 0) | lower, beyond the spread |"), conpono
+def test_one_run_shows_n_1_and_no_interval():
+    runs = [make_run("i0", 0, "none", [state(0.5)], best=0),
+            make_run("m0", 0, "mirror", [state(0.4)], best=0, loop={"max_iterations": 0})]
+    (mirror,) = difference_rows(compare.render(runs), "Mirror-BERT")
+    assert cells(mirror)[1:3] == ["-0.100 (n = 1)", "one run (n = 1): no interval"]
+
+
+def test_reports_are_identical_bytes_on_a_rerun(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_runs(tmp_path / "results/runs", [
+        make_run(f"i{seed}", seed, "none", [state(0.5 + seed / 50), state(0.55, 0.6)], best=1) for seed in range(2)])
+    compare.main()
+    first = {p: (tmp_path / p).read_bytes() for p in ("reports/comparison.md", "reports/convergence.png")}
+    compare.main()
+    assert {p: (tmp_path / p).read_bytes() for p in first} == first
+    assert "InfoCSE (init none, K=1)" in first["reports/comparison.md"].decode()
+
+
+def test_no_run_files_still_writes_a_report_that_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    compare.main()
+    text = (tmp_path / "reports/comparison.md").read_text()
+    assert "No runs yet" in text and (tmp_path / "reports/convergence.png").stat().st_size > 0
+
+
+def test_a_file_that_is_not_a_run_file_is_one_clear_error(tmp_path):
+    (tmp_path / "x.json").write_text(json.dumps({"hello": 1}))
+    with pytest.raises(SystemExit, match="not a run file"):
+        compare.load_runs(tmp_path)
+
+
+def test_render_does_not_change_the_runs():
+    runs = [make_run("i0", 0, "none", [state(0.5), state(0.6)], best=1)]
+    before = copy.deepcopy(runs)
+    compare.render(runs)
+    assert runs == before

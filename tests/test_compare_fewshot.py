@@ -1,98 +1,130 @@
-"""The few-shot report (scripts/compare_fewshot.py) on a hand-made `dvc exp show --json`: which
-run gives which starting point, the best baseline picked by validation, cells per label budget."""
+"""The few-shot report (scripts/compare_fewshot.py) from hand-made run files: which run gives which
+starting point, the best baseline picked by validation, cells per label budget, differences paired
+by seed with a t-interval, and stale or missing fine-tuning metrics."""
 
 from __future__ import annotations
 
-from test_compare_experiments import PROTOCOL, show_of
+import numpy as np
+from conftest import repo_params
+from pipeline_helpers import deep_merge
+from scipy import stats
+from test_compare_experiments import cells as table_cells
+from test_compare_experiments import write_runs
 
-from scripts.compare_fewshot import best_baseline, collect, render
-
-FINETUNE = {"source": "fewshot", "learning_rate": 2e-5}
+from scripts import compare_fewshot as fewshot
 
 
 def scores(r1: float, val_mrr: float) -> dict:
     return {"val": {"mrr@10": val_mrr, "recall@1": r1}, "test": {"recall@1": r1, "mrr@10": r1 + 0.1}}
 
 
-def run(seed: int, labels, init: str = "none", max_iterations="all", max_rounds: int = 1, f0=None, best=None,
-        plusplus=None) -> dict:
-    metrics = {"metrics/best.json": {"data": {"iteration": 0}},
-               "metrics/iterations/iter-0/pairs.json": {"data": {"method": init}}}
+def run(name: str, seed: int, labels, init: str = "none", max_iterations="all", max_rounds: int = 1, f0=None,
+        best=None, plusplus=None, ran_at: str = "2030-01-01T00:00:00", **overrides) -> dict:
+    metrics = {"metrics/best.json": {"iteration": 0},
+               "metrics/iterations/iter-0/retrieval.json": {"stopped": False, **scores(0.5, 0.5)}}
     for path, value in (("f0", f0), ("best", best)):
         if value:
-            metrics[f"metrics/finetuned/{path}.json"] = {"data": value}
-    if plusplus:  # as `dvc exp show` gives them: the curve's list is dropped, the round files stay
-        metrics["metrics/plusplus.json"] = {"data": plusplus}
-        metrics["metrics/finetuned/round-2.json"] = {"data": {**plusplus, "round": 2, "stopped": False}}
-        metrics["metrics/finetuned/round-3.json"] = {"data": {"round": 3, "stopped": True}}
-    params = {**PROTOCOL, "seed": seed, "corpus": {"source": "bbc"}, "init": {"method": init},
-              "loop": {"max_iterations": max_iterations}, "finetune": {**FINETUNE, "labels": labels},
-              "plusplus": {"max_rounds": max_rounds}}
-    return {"params": {"params.yaml": {"data": params}}, "metrics": metrics}
+            metrics[f"metrics/finetuned/{path}.json"] = value
+    if plusplus:
+        metrics["metrics/plusplus.json"] = plusplus
+        metrics["metrics/finetuned/round-2.json"] = {**plusplus, "round": 2, "stopped": False}
+        metrics["metrics/finetuned/round-3.json"] = {"round": 3, "stopped": True}
+    params = deep_merge(repo_params(), {"seed": seed, "init": {"method": init}, "loop": {"max_iterations": max_iterations},
+                                        "finetune": {"labels": labels}, "plusplus": {"max_rounds": max_rounds},
+                                        **overrides})
+    return {"name": name, "commit": "c" * 40, "ran_at": ran_at, "params": params, "metrics": metrics}
+
+
+def rows_of(text: str) -> dict[str, list[str]]:
+    """First table row per start label, as cells."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| start"):
+            found.setdefault(table_cells(line)[0], table_cells(line))
+    return found
 
 
 def test_starting_points_budgets_and_the_best_baseline_by_validation():
     runs = [
-        ("s0", run(0, 100, f0=scores(0.50, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6), max_rounds=3)),
-        ("s1", run(1, 100, f0=scores(0.54, 0.5), best=scores(0.56, 0.5))),
-        ("s0-300", run(0, 300, f0=scores(0.60, 0.5), best=scores(0.61, 0.5))),
+        run("s0", 0, 100, f0=scores(0.50, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6), max_rounds=3),
+        run("s1", 1, 100, f0=scores(0.54, 0.5), best=scores(0.56, 0.5)),
+        run("s0-300", 0, 300, f0=scores(0.60, 0.5), best=scores(0.61, 0.5)),
         # SimCSE is better on test, CONPONO on validation: the report must pick CONPONO
-        ("simcse", run(0, 100, init="simcse", max_iterations=0, f0=scores(0.90, 0.40))),
-        ("conpono", run(0, 100, init="conpono", max_iterations=0, f0=scores(0.45, 0.70))),
+        run("simcse", 0, 100, init="simcse", max_iterations=0, f0=scores(0.90, 0.40)),
+        run("conpono", 0, 100, init="conpono", max_iterations=0, f0=scores(0.45, 0.70)),
     ]
-    current = {**PROTOCOL, "finetune": {**FINETUNE, "labels": 300}}
-    cells = collect(show_of(*runs), current)
-    assert best_baseline(cells, "bbc") == "CONPONO"
-    text = render(cells)
-    row = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "0.520 ± 0.028 / 0.620 ± 0.028 (n=2)" in row["seed model"]  # seeds 0 and 1 at 100 labels
-    assert "0.610 / 0.710 (n=1)" in row["InfoCSE"]
-    assert "0.550 / 0.650 (n=1)" in row["InfoCSE++"]
+    cells, _ = fewshot.collect(runs)
+    assert fewshot.best_baseline(cells) == "CONPONO"
+    text = fewshot.render(runs)
+    row = rows_of(text)
+    assert row["seed model"][1:] == ["0.520 ± 0.028 / 0.620 ± 0.028 (n = 2)", "0.600 / 0.700 (n = 1)"]
+    assert row["InfoCSE"][1:] == ["0.540 ± 0.028 / 0.640 ± 0.028 (n = 2)", "0.610 / 0.710 (n = 1)"]
+    assert row["InfoCSE++"][1:] == ["0.550 / 0.650 (n = 1)", "–"]
     assert "best baseline: CONPONO" in row and "SimCSE" not in text
-    assert "| start | 100 labels | 300 labels |" in text
+    assert "| start " in text and "100 labels" in text and "300 labels" in text
 
 
 def test_the_best_baseline_is_scored_on_the_budgets_and_seeds_every_candidate_has():
-    current = {**PROTOCOL, "finetune": {**FINETUNE, "labels": 300}}
     # ICT's one run at "all" labels scores higher than anything at 100 labels, but CONPONO and ICT
     # share only seed 0 at 100 labels, where CONPONO is better
-    shared = [("c0", run(0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60))),
-              ("c1", run(1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.50))),
-              ("i0", run(0, 100, init="ict", max_iterations=0, f0=scores(0.5, 0.55))),
-              ("i-all", run(0, "all", init="ict", max_iterations=0, f0=scores(0.5, 0.95)))]
-    assert best_baseline(collect(show_of(*shared), current), "bbc") == "CONPONO"
+    shared = [run("c0", 0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
+              run("c1", 1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.50)),
+              run("i0", 0, 100, init="ict", max_iterations=0, f0=scores(0.5, 0.55)),
+              run("i-all", 0, "all", init="ict", max_iterations=0, f0=scores(0.5, 0.95))]
+    assert fewshot.best_baseline(fewshot.collect(shared)[0]) == "CONPONO"
     # no shared run: the baseline run at more budgets and seeds is the candidate
-    apart = [("c0", run(0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60))),
-             ("c1", run(1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60))),
-             ("m", run(0, 300, init="mirror", max_iterations=0, f0=scores(0.5, 0.90)))]
-    assert best_baseline(collect(show_of(*apart), current), "bbc") == "CONPONO"
-    assert best_baseline(collect(show_of(*apart[2:]), current), "bbc") == "Mirror-BERT"
+    apart = [run("c0", 0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
+             run("c1", 1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
+             run("m", 0, 300, init="mirror", max_iterations=0, f0=scores(0.5, 0.90))]
+    assert fewshot.best_baseline(fewshot.collect(apart)[0]) == "CONPONO"
+    assert fewshot.best_baseline(fewshot.collect(apart[2:])[0]) == "Mirror-BERT"
     # the report has no column for the budget only the baseline left out was run with
-    assert "| start | 100 labels |\n" in render(collect(show_of(*apart), current))
+    assert "300 labels" not in fewshot.render(apart)
 
 
-def test_other_fine_tuning_protocols_are_left_out():
-    other = run(0, 100, f0=scores(0.5, 0.5), best=scores(0.5, 0.5))
-    other["params"]["params.yaml"]["data"]["finetune"]["learning_rate"] = 1.0
-    assert collect(show_of(("x", other)), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}}) == []
+def test_other_fine_tuning_settings_are_separate_groups():
+    runs = [run("a", 0, 100, f0=scores(0.5, 0.5), best=scores(0.5, 0.5)),
+            run("b", 0, 100, f0=scores(0.6, 0.5), best=scores(0.6, 0.5), finetune={"learning_rate": 1.0e-4})]
+    text = fewshot.render(runs)
+    assert text.count("## Corpus: bbc (finetune.learning_rate=") == 2
 
 
-def test_paired_differences_by_seed_with_a_verdict():
-    """InfoCSE - seed model per seed at 100 labels: +0.02, +0.03, +0.04 -> beyond the spread; at 300
-    labels one run only -> too few runs to tell."""
-    runs = [(f"s{seed}", run(seed, 100, f0=scores(0.50 + seed / 100, 0.5), best=scores(0.52 + 2 * seed / 100, 0.5)))
+def test_paired_differences_by_seed_with_a_t_interval():
+    """InfoCSE - seed model per seed at 100 labels: +0.02, +0.03, +0.04; at 300 labels one run only."""
+    runs = [run(f"s{seed}", seed, 100, f0=scores(0.50 + seed / 100, 0.5), best=scores(0.52 + 2 * seed / 100, 0.5))
             for seed in range(3)]
-    runs.append(("s0-300", run(0, 300, f0=scores(0.60, 0.5), best=scores(0.58, 0.5))))
-    text = render(collect(show_of(*runs), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}}))
+    runs.append(run("s0-300", 0, 300, f0=scores(0.60, 0.5), best=scores(0.58, 0.5)))
+    text = fewshot.render(runs)
     recall, mrr = [line for line in text.splitlines() if line.startswith("| InfoCSE − seed model")]
-    assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in recall
-    assert "-0.020 (0/1 > 0): n=1: too few runs to tell" in recall
-    assert "+0.030 ± 0.010 (3/3 > 0): higher, beyond the spread" in mrr  # scores(): MRR = R@1 + 0.1
+    gains = [0.02, 0.03, 0.04]
+    low, high = stats.t.interval(0.95, 2, loc=np.mean(gains), scale=stats.sem(gains))
+    expected = f"+0.030 [{low:+.3f}, {high:+.3f}] (n = 3): higher (95% CI above 0)"
+    assert table_cells(recall)[1:] == [expected, "-0.020 (n = 1): one run (n = 1): no interval"]
+    assert table_cells(mrr)[1] == expected  # scores(): MRR = R@1 + 0.1
 
 
 def test_plusplus_curve_from_the_round_files():
     """Round 1 = finetune@best, round 2 ran, round 3 was skipped by the stop rule."""
-    cells = collect(show_of(("s0", run(0, 100, f0=scores(0.5, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6),
-                                       max_rounds=3))), {**PROTOCOL, "finetune": {**FINETUNE, "labels": 100}})
+    cells, _ = fewshot.collect([run("s0", 0, 100, f0=scores(0.5, 0.5), best=scores(0.52, 0.5),
+                                    plusplus=scores(0.55, 0.6), max_rounds=3)])
     (plusplus,) = [c for c in cells if c["start"] == "InfoCSE++"]
     assert [(p["round"], p["val"]["mrr@10"]) for p in plusplus["curve"]] == [(1, 0.5), (2, 0.6)]
+
+
+def test_a_run_without_fine_tuning_metrics_gives_no_cell_and_the_report_says_so(tmp_path, monkeypatch):
+    """A budget-sweep run (`dvc exp run select report`) has no finetuned metrics in its run file."""
+    monkeypatch.chdir(tmp_path)
+    write_runs(tmp_path / "results/runs", [run("sweep", 0, 100)])
+    fewshot.main()
+    assert "no run with fine-tuning metrics" in (tmp_path / "reports/fewshot.md").read_text()
+
+
+def test_report_and_plot_are_identical_bytes_on_a_rerun(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_runs(tmp_path / "results/runs", [
+        run(f"s{seed}", seed, 100, f0=scores(0.5, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6),
+            max_rounds=3) for seed in range(2)])
+    fewshot.main()
+    first = {p: (tmp_path / p).read_bytes() for p in ("reports/fewshot.md", "reports/plusplus_rounds.png")}
+    fewshot.main()
+    assert {p: (tmp_path / p).read_bytes() for p in first} == first

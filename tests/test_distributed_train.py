@@ -1,6 +1,6 @@
-"""train on several devices (stages/train.py, `train.devices` > 1): how global batches are cut
-into per-process slices, and a real two-process torchrun training on CPU (gloo) that matches one
-process on the same global batches."""
+"""train on several devices (`train.devices` > 1, the stage launched by `train.launcher`): how
+global batches are cut into per-process slices, and a real two-process torchrun training of the
+train stage on CPU (gloo) that matches one process on the same global batches."""
 
 from __future__ import annotations
 
@@ -15,16 +15,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from accelerate.data_loader import BatchSamplerShard
-from conftest import REPO
+from conftest import REPO, config_with
+from pipeline_helpers import deep_merge, read_params, write_params
 from test_train import check_batches, dropped, tiny_pairs
 
-from stages.common import StageError, load_model, run_stage
-from stages.train import PrecomputedBatchSampler, document_disjoint_batches, main, train_at_length, train_on_pairs
+from infocse.config import parse_config
+from infocse.errors import StageError, run_stage
+from infocse.models import load_model
+from infocse.sampler import PrecomputedBatchSampler, document_disjoint_batches, spread_batches
+from infocse.training import train_at_length, train_on_pairs
+from stages.train import main
 
-TRAIN = {"batch_size": 4, "learning_rate": 3.0e-3, "warmup_ratio": 0.1, "temperature": 0.05, "epochs": 3,
-         "max_seq_length": 32, "devices": 2}
+LAUNCHER = "python -m torch.distributed.run --standalone --nproc_per_node=2"
+TRAIN_PARAMS = {"batch_size": 4, "learning_rate": 3.0e-3, "warmup_ratio": 0.1, "temperature": 0.05, "epochs": 3,
+                "max_seq_length": 32, "devices": 2, "launcher": LAUNCHER}
+TRAIN = config_with({"train": TRAIN_PARAMS}).train
 
 
 # ---------------------------------------------------------------- global batches and rank slices
@@ -38,21 +44,23 @@ def rank_batches(batches: list[list[int]], devices: int, n: int, batch_size: int
                                    even_batches=False)) for rank in range(devices)]
 
 
+@pytest.mark.parametrize("sampler", ["greedy", "spread"])
 @pytest.mark.parametrize("devices", [2, 4])
 @pytest.mark.parametrize("seed", range(3))
-def test_rank_slices_partition_each_global_batch(devices, seed):
+def test_rank_slices_partition_each_global_batch(sampler, devices, seed):
     """At every step the processes' slices are equal in size, disjoint, and together exactly the
     global batch; the global batch never holds two pairs of one document; each global batch is a
-    multiple of the device count; pairs are left out only when fewer than two (or fewer than
-    `devices`) documents remain."""
+    multiple of the device count; greedy leaves pairs out only when fewer than two (or fewer than
+    `devices`) documents remain, spread only when fewer than a batch of documents remain."""
     batch_size = 8
     rng = np.random.default_rng(seed)
     doc_codes = rng.choice(25, size=300, p=np.r_[0.3, np.full(24, 0.7 / 24)])
-    batches = document_disjoint_batches(doc_codes, batch_size, seed, multiple_of=devices)
+    batching = {"greedy": document_disjoint_batches, "spread": spread_batches}[sampler]
+    batches = batching(doc_codes, batch_size, seed, multiple_of=devices)
     check_batches(batches, doc_codes, batch_size)
     assert all(len(batch) % devices == 0 for batch in batches)
     left = dropped(batches, len(doc_codes))
-    assert len(set(doc_codes[left].tolist())) < max(2, devices)
+    assert len(set(doc_codes[left].tolist())) < (max(2, devices) if sampler == "greedy" else batch_size)
 
     per_rank = rank_batches(batches, devices, len(doc_codes), batch_size)
     assert [len(steps) for steps in per_rank] == [len(batches)] * devices, "every process takes one slice per step"
@@ -88,10 +96,9 @@ def test_hand_worked_batches_for_two_devices():
     ({"devices": 0}, "train.devices"),
     ({"devices": "two"}, "train.devices"),
 ])
-def test_bad_device_params_are_refused(tiny_model_dir, tmp_path, change, message):
-    model = load_model(tiny_model_dir, "cpu")
+def test_bad_device_params_are_refused(change, message):
     with pytest.raises(StageError, match=message):
-        train_on_pairs(model, tiny_pairs()[0], {**TRAIN, **change}, 0, "cpu", tmp_path / "out")
+        config_with({"train": {**TRAIN_PARAMS, **change}})
 
 
 def test_world_size_must_match_devices(tiny_model_dir, tmp_path, monkeypatch):
@@ -115,11 +122,13 @@ def without_dropout(model_dir: Path, dest: Path) -> Path:
 
 
 def scratch_project(root: Path, model_dir: Path, pairs) -> Path:
-    """Just what `python -m stages.train --iteration 1` reads: params, model 0, pairs, the go-ahead."""
+    """Just what `python -m stages.train --iteration 1` reads: params, model 0, pairs, the go-ahead.
+    The code is the repository's (on PYTHONPATH for a subprocess)."""
     root.mkdir()
-    shutil.copytree(REPO / "stages", root / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-    params = {"device": "cpu", "seed": 0, "train": TRAIN, "iterations": {"1": {"prev": 0}}}
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    params = deep_merge(read_params(REPO), {"device": "cpu", "seed": 0, "train": TRAIN_PARAMS,
+                                            "iterations": {"1": {"prev": 0}}})
+    parse_config(params)
+    write_params(root, params)
     shutil.copytree(model_dir, root / "models/iterations/iter-0")
     (root / "data/iterations/iter-1").mkdir(parents=True)
     pairs.to_parquet(root / "data/iterations/iter-1/pairs.parquet", index=False)
@@ -128,28 +137,47 @@ def scratch_project(root: Path, model_dir: Path, pairs) -> Path:
     return root
 
 
-def test_stage_refuses_bad_devices_before_launching(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    """A batch size the devices cannot share is a one-line error from the stage itself, before any
-    torchrun launch, and no model is written."""
-    project = scratch_project(tmp_path / "project", tiny_model_dir, tiny_pairs()[0])
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["train"]["devices"] = 3
-    (project / "params.yaml").write_text(yaml.safe_dump(params))
+def run_stage_here(project: Path, monkeypatch) -> int:
+    """`python -m stages.train --iteration 1` in `project`, in this process (not under torchrun)."""
     monkeypatch.chdir(project)
     monkeypatch.setattr(sys, "argv", ["stages.train", "--iteration", "1"])
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
     with pytest.raises(SystemExit) as exit_info:
         run_stage(main)
-    assert exit_info.value.code == 1
+    return exit_info.value.code
+
+
+def test_stage_refuses_bad_devices(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A batch size the devices cannot share is a one-line error from the stage, and no model is written."""
+    project = scratch_project(tmp_path / "project", tiny_model_dir, tiny_pairs()[0])
+    params = read_params(project)
+    params["train"]["devices"] = 3
+    write_params(project, params)
+    assert run_stage_here(project, monkeypatch) == 1
     assert capsys.readouterr().err.strip() == ("error: params `train.batch_size` (4) must be a multiple of "
                                                "`train.devices` (3): it is the global batch, and each device "
                                                "takes an equal share of it")
     assert not (project / "models/iterations/iter-1").exists()
 
 
+def test_stage_run_without_its_launcher_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """`train.devices: 2` but the stage started by plain `python` (one process): one line naming the
+    launcher to set, before any model loads, and nothing written."""
+    project = scratch_project(tmp_path / "project", tiny_model_dir, tiny_pairs()[0])
+    assert run_stage_here(project, monkeypatch) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: running on 1 process(es), but params `train.devices` is 2: set params "
+                            f"`train.launcher` to `{LAUNCHER}`"), error
+    assert "\n" not in error
+    assert not (project / "models/iterations/iter-1").exists()
+    assert not (project / "metrics").exists()
+
+
 def test_two_process_training_matches_one_process(tiny_model_dir, tmp_path, one_torch_thread):
-    """`python -m stages.train` with train.devices 2 relaunches itself under torchrun (2 CPU
-    processes, gloo) and completes; rank 0 writes the model and metrics. Its loss curve, mean loss
+    """The train stage as dvc.yaml runs it with `train.devices: 2`: `${train.launcher} -m
+    stages.train --iteration 1`, i.e. under torchrun (2 CPU processes, gloo); it completes, and
+    rank 0 writes the model and metrics. Its loss curve, mean loss
     and final weights equal those of one process trained on the same global batches: the processes'
     slices together are each global batch, and the gathered negatives are the whole global batch
     (without the gathering, each process's loss would see half the negatives, and its values would
@@ -157,20 +185,24 @@ def test_two_process_training_matches_one_process(tiny_model_dir, tmp_path, one_
     pairs, _ = tiny_pairs()
     model_dir = without_dropout(tiny_model_dir, tmp_path / "model")
     project = scratch_project(tmp_path / "project", model_dir, pairs)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    env.pop("LOCAL_RANK", None)
-    result = subprocess.run([sys.executable, "-m", "stages.train", "--iteration", "1"], cwd=project, env=env,
-                            capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE"):
+        env.pop(name, None)
+    launcher = read_params(project)["train"]["launcher"].split()
+    assert launcher[0] == "python"
+    command = [sys.executable, *launcher[1:], "-m", "stages.train", "--iteration", "1"]
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "over 2 processes" in result.stdout
     distributed = json.loads((project / "metrics/iterations/iter-1/train.json").read_text())
     assert not list(project.glob("models/iterations/.*")), "a temporary model folder was left"
 
     model = load_model(model_dir, "cpu")
-    params = {"seed": 0, "train": TRAIN}
-    single = train_at_length(model, pairs, params, "cpu")
+    single = train_at_length(model, pairs, TRAIN, 0, "cpu")
 
     assert distributed["devices"] == single["devices"] == 2
+    assert distributed["batches"] == single["batches"] and distributed["batches"]["batches"] == single["steps"]
     assert distributed["steps"] == single["steps"] > 0
     assert distributed["pairs_used"] == single["pairs_used"] and distributed["pairs_dropped"] == single["pairs_dropped"]
     steps = [row["step"] for row in distributed["loss_curve"]]

@@ -1,26 +1,26 @@
-"""evaluate (stages/evaluate.py): gold ranks and retrieval metrics against sentence-transformers'
+"""Retrieval evaluation (infocse/retrieval.py) and the loop's state (infocse/loop.py), as the
+evaluate stage uses them: gold ranks and metrics against sentence-transformers'
 InformationRetrievalEvaluator, hand-worked per-query scores, and the early-stopping state and rule."""
 
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TOPICS, tiny_documents
+import yaml
+from conftest import TOPICS, config_with, repo_params, tiny_documents
+from pipeline_helpers import deep_merge
 
-from stages.common import IterationPaths, StageError, iteration_is_active, load_model, read_json, write_json
-from stages.evaluate import (
-    METRICS,
-    evaluate_iteration,
-    gold_ranks,
-    next_state,
-    per_query_scores,
-    rank_queries,
-    retrieval_metrics,
-    stopped_state,
-)
+from infocse.config import METRICS, EvaluateConfig
+from infocse.errors import StageError
+from infocse.io import read_json, write_json
+from infocse.loop import iteration_is_active, next_state, stopped_state
+from infocse.models import load_model
+from infocse.paths import IterationPaths
+from infocse.retrieval import gold_ranks, per_query_scores, rank_queries, retrieval_metrics, score_model
 
 
 # ---------------------------------------------------------------- against sentence-transformers
@@ -163,20 +163,20 @@ def test_max_iterations_stops_the_loop_even_while_improving():
     assert next_state(state, 1, 0.9, patience=1, max_iterations=None)["continue"] is True
 
 
-def loop_params(patience: int, iterations: int) -> dict:
+def loop_overrides(patience: int, iterations: int) -> dict:
     return {"loop": {"patience": patience, "max_iterations": "all"},
             "iterations": {str(t): {"prev": t - 1} for t in range(1, iterations + 1)}, "evaluate": {"metric": "mrr@10"}}
 
 
-def simulate_loop(params: dict, scores: list[float]) -> list[bool]:
+def simulate_loop(config, scores: list[float]) -> list[bool]:
     """Run the loop's bookkeeping as evaluate@t does, through the files the next iteration reads."""
     active, previous = [], None
     for t, score in enumerate(scores):
-        is_active = iteration_is_active(params, t)
-        state = next_state(previous, t, score, params["loop"]["patience"]) if is_active else stopped_state(previous)
+        is_active = iteration_is_active(config, t)
+        state = next_state(previous, t, score, config.loop.patience) if is_active else stopped_state(previous)
         active.append(is_active)
-        write_json(IterationPaths(t).state, state)
-        write_json(IterationPaths(t).decision, {"continue": state["continue"]})
+        write_json(IterationPaths(t).retrieval, state)
+        write_json(IterationPaths(t).continue_flag, {"continue": state["continue"]})
         previous = state
     return active
 
@@ -189,30 +189,55 @@ def simulate_loop(params: dict, scores: list[float]) -> list[bool]:
     (2, [0.1, 0.2, 0.3, 0.4], [True, True, True, True], 3),
 ])
 def test_stop_rule_ends_the_loop(tmp_path, monkeypatch, patience, scores, expected_active, best):
-    """iteration_is_active reads t-1's state: `patience` iterations without a gain stop every later one."""
+    """iteration_is_active reads t-1's continue flag: `patience` iterations without a gain stop every later one."""
     monkeypatch.chdir(tmp_path)
-    params = loop_params(patience, len(scores) - 1)
-    assert simulate_loop(params, scores) == expected_active
-    assert read_json(IterationPaths(len(scores) - 1).state)["best_iteration"] == best
+    config = config_with(loop_overrides(patience, len(scores) - 1))
+    assert simulate_loop(config, scores) == expected_active
+    assert read_json(IterationPaths(len(scores) - 1).retrieval)["best_iteration"] == best
 
 
 def test_iteration_is_active_checks_chain(tmp_path, monkeypatch):
     """Iteration 0 is always active; an iteration outside params `iterations` is a StageError."""
     monkeypatch.chdir(tmp_path)
-    params = loop_params(1, 2)
-    assert iteration_is_active(params, 0)
-    write_json(IterationPaths(2).decision, {"continue": True})
+    config = config_with(loop_overrides(1, 2))
+    assert iteration_is_active(config, 0)
+    write_json(IterationPaths(2).continue_flag, {"continue": True})
     with pytest.raises(StageError, match="not in params `iterations`"):
-        iteration_is_active(params, 3)
+        iteration_is_active(config, 3)
 
 
-def test_evaluate_iteration_after_stop_carries_state(tmp_path, monkeypatch):
-    """A stopped iteration reports stopped, keeps the previous best and since_best, and has no ranks."""
+def test_score_model_scores_each_split_against_all_bodies(tiny_model_dir, one_torch_thread):
+    """Val and test metrics are those of the split's ranks; `score` is the configured val metric;
+    candidates are all bodies; without val queries the score is None, never a test number."""
+    documents = pd.DataFrame(tiny_documents()).rename(columns={"id": "doc_id", "text": "body"})
+    documents["split"] = ["fewshot", "val", "test"] * 4
+    model = load_model(tiny_model_dir, "cpu")
+    evaluate = EvaluateConfig(metric="recall@5", batch_size=8, max_seq_length=64, precision="fp32")
+    result, ranks = score_model(model, documents, evaluate)
+    assert result["candidates"] == 12 and result["val_queries"] == 4 and result["test_queries"] == 4
+    for split in ("val", "test"):
+        assert result[split] == retrieval_metrics(ranks.loc[ranks["split"] == split, "rank"].to_numpy())
+    assert result["score"] == result["val"]["recall@5"]
+    documents["split"] = ["fewshot", "test"] * 6
+    result, _ = score_model(model, documents, evaluate)
+    assert result["val_queries"] == 0 and result["val"] == {} and result["score"] is None
+
+
+def test_evaluate_stage_after_stop_carries_state(tmp_path, monkeypatch):
+    """A stopped iteration (the stage's entry point, in a scratch project) reports stopped, keeps the
+    previous best and since_best, stops every later one, and has no ranks."""
+    from stages import evaluate
+
     monkeypatch.chdir(tmp_path)
-    write_json(IterationPaths(1).state, {"stopped": False, "best_iteration": 0, "best_score": 0.5, "since_best": 1,
-                                         "continue": False})
-    write_json(IterationPaths(1).decision, {"continue": False})
-    result, ranks = evaluate_iteration(loop_params(1, 2), 2)
-    assert result == {"iteration": 2, "stopped": True, "val_metric": "mrr@10", "best_iteration": 0,
-                      "best_score": 0.5, "since_best": 1, "continue": False}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(deep_merge(repo_params(), loop_overrides(1, 2))))
+    write_json(IterationPaths(1).retrieval, {"stopped": False, "best_iteration": 0, "best_score": 0.5, "since_best": 1,
+                                             "continue": False})
+    write_json(IterationPaths(1).continue_flag, {"continue": False})
+    monkeypatch.setattr(sys, "argv", ["evaluate", "--iteration", "2"])
+    evaluate.main()
+    assert read_json(IterationPaths(2).retrieval) == {
+        "iteration": 2, "stopped": True, "val_metric": "mrr@10", "best_iteration": 0, "best_score": 0.5,
+        "since_best": 1, "continue": False}
+    assert read_json(IterationPaths(2).continue_flag) == {"continue": False}
+    ranks = pd.read_parquet(IterationPaths(2).ranks)
     assert ranks.empty and list(ranks.columns) == ["doc_id", "split", "rank"]

@@ -1,5 +1,6 @@
-"""Labelled pairs for few-shot fine-tuning (stages/labels.py): only few-shot pool documents,
-deterministic sampling by `seed`, nested budgets, a user's own pairs, clear errors."""
+"""Labelled pairs for few-shot fine-tuning (infocse.corpora.labels): only few-shot pool documents,
+deterministic sampling by `seed`, nested budgets, a user's own pairs, none for a corpus without
+titles, clear errors."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import json
 import pandas as pd
 import pytest
 
-from stages.common import StageError
-from stages.labels import LABEL_COLUMNS, fewshot_pairs, labelled_pairs, read_labelled_pairs, sample_labels
+from conftest import config_with
+
+from infocse.config import Config
+from infocse.corpora.labels import LABEL_COLUMNS, fewshot_pairs, labelled_pairs, read_labelled_pairs, sample_labels
+from infocse.errors import StageError
 
 
 def documents(n: int = 60) -> pd.DataFrame:
@@ -18,8 +22,8 @@ def documents(n: int = 60) -> pd.DataFrame:
                          "body": [f"body {i}" for i in range(n)], "split": splits, "category": "all"})
 
 
-def params(labels, seed: int = 0, **finetune) -> dict:
-    return {"seed": seed, "finetune": {"labels": labels, "source": "fewshot", "path": "corpus", **finetune}}
+def params(labels, seed: int = 0, **finetune) -> Config:
+    return config_with({"seed": seed, "finetune": {"labels": labels, "source": "fewshot", "path": "corpus", **finetune}})
 
 
 def test_fewshot_pairs_take_only_the_fewshot_pool_with_titles():
@@ -68,12 +72,29 @@ def test_a_users_file_of_pairs(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     ({"labels": 100}, "only 20 labelled pairs exist"),
     ({"labels": 0}, "`finetune.labels` must be an integer >= 1"),
-    ({"labels": 5, "source": "web"}, "`finetune.source` must be fewshot or file"),
+    ({"labels": 5, "source": "web"}, r"`finetune.source` must be one of \['fewshot', 'file'\]"),
     ({"labels": 5, "source": "file", "path": "no/such.jsonl"}, "no such file"),
 ])
 def test_bad_params_are_clear_errors(overrides, message):
+    """Out-of-range params are refused by the config, the rest when the pairs are drawn."""
     with pytest.raises(StageError, match=message):
-        labelled_pairs({"seed": 0, "finetune": {"source": "fewshot", "path": "corpus", **overrides}}, documents())
+        labelled_pairs(config_with({"finetune": {"source": "fewshot", "path": "corpus", **overrides}}), documents())
+
+
+def test_a_corpus_without_titles_has_no_labels():
+    """No titles at all: an empty table (the finetune stages then skip), not an error."""
+    docs = documents().assign(title=None)
+    pairs = labelled_pairs(params(5), docs)
+    assert pairs.empty and list(pairs.columns) == LABEL_COLUMNS
+
+
+def test_too_few_titled_fewshot_documents_say_what_to_change():
+    """Titles exist, but the few-shot pool has one titled document: the error counts them and names the params."""
+    docs = documents()
+    docs.loc[docs["split"] == "fewshot", "title"] = None
+    docs.loc[0, "title"] = "the only one"
+    with pytest.raises(StageError, match=r"^1 labelled pair\(s\) available \(.*`split.fewshot`.*`finetune.source: file`"):
+        labelled_pairs(params(5), docs)
 
 
 def test_a_file_without_the_columns_is_a_clear_error(tmp_path):

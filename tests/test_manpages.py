@@ -1,4 +1,4 @@
-"""manpages (stages/manpages.py): the built-in man-page corpus, rendered by the real groff.
+"""manpages (infocse/corpora/manpages.py): the built-in man-page corpus, rendered by the real groff.
 
 A hand-made man root in a tmp folder checks titles, one-line paragraphs, section boundaries and the
 skipped pages; a hand-built .deb checks the unpack path; the installed manpages-dev pages check the
@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_prepare import params_for
+from test_prepare import config_for
 
-from stages.common import StageError
-from stages.manpages import deb_pages, installed_pages, locate_manpages, read_manpages, render
-from stages.prepare import prepare_corpus
+from infocse.corpora.build import prepare_corpus
+from infocse.corpora.manpages import deb_pages, installed_pages, locate_manpages, read_manpages, render
+from infocse.errors import StageError
 
 PARAGRAPH_1 = ("foo() does a foo thing with the argument x, which must point to an internationalization table "
                "of incomprehensibilities that was set up earlier by a call to foo_init(). The table is read but "
@@ -172,7 +172,7 @@ def test_deb_pages_unpacks_a_cached_deb(tmp_path, man_root):
 
 def test_prepare_corpus_manpages(man_root):
     """`source: manpages` with `manpages_root`: documents, sentences from DESCRIPTION, splits by section."""
-    documents, sentences, stats = prepare_corpus(params_for("manpages", "ignored", manpages_root=str(man_root)))
+    documents, sentences, stats = prepare_corpus(config_for("manpages", "ignored", manpages_root=str(man_root)))
     assert documents["doc_id"].tolist() == ["man2/foo", "man3/qux"]
     assert documents["title"].tolist() == ["do a foo thing", "convert a qux to a quux"]
     assert set(documents["split"]) <= {"fewshot", "val", "test"}
@@ -185,8 +185,8 @@ def test_prepare_corpus_manpages(man_root):
 
 
 def test_unknown_source_lists_manpages(tmp_path):
-    with pytest.raises(StageError, match="manpages, bbc, jsonl, parquet or txt"):
-        prepare_corpus(params_for("manpage", tmp_path))
+    with pytest.raises(StageError, match=r"`corpus.source` must be one of \[.*'manpages'.*\], got 'manpage'"):
+        config_for("manpage", tmp_path)
 
 
 @pytest.mark.skipif(installed_pages() is None, reason="Debian's manpages-dev is not installed with its pages")

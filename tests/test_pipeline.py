@@ -15,8 +15,17 @@ import pytest
 from pipeline_helpers import locked_outputs, make_project, read_params, repro, run, update_params
 
 ITERATION_STAGES = ["embed@{t}", "cluster@{t}", "train@{t}", "evaluate@{t}"]
-MAIN_STAGES = ["prepare", "init", "annotator", "evaluate_init", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
+MAIN_STAGES = ["prepare", "init", "annotator_model", "evaluate_init", *[s.format(t=1) for s in ITERATION_STAGES], "select", "report"]
 FEWSHOT_STAGES = ["labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"]
+# A learning rate this small moves no weight that is not zero (and a zero one by ~1e-30): the model
+# cannot improve on val, so every stop rule must fire. Params refuse a rate of 0.
+FROZEN = 1.0e-30
+
+
+def report_rows(report: str) -> list[list[str]]:
+    """The cells of every row of the Markdown tables in a report."""
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in report.splitlines() if line.startswith("|")]
 
 
 def tiny_overrides(model_dir: Path, corpus: Path, labels: Path) -> dict:
@@ -72,8 +81,8 @@ def test_chain_runs_and_writes_metrics(built_project):
     pairs = json.loads((project / "metrics/iterations/iter-1/pairs.json").read_text())
     assert pairs["pairs"] > 0 and pairs["mean_cluster_size"] >= 2
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] in (0, 1)
-    report = (project / "reports/report.md").read_text()
-    assert "| 0 | seed |" in report and "| 1 | trained |" in report
+    rows = report_rows((project / "reports/report.md").read_text())
+    assert ["0", "seed"] in [row[:2] for row in rows] and ["1", "trained"] in [row[:2] for row in rows], rows
     assert (project / "reports/run_convergence.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -137,8 +146,8 @@ def test_rerun_gives_byte_identical_outputs(project):
 
 
 def test_no_gain_stops_early_and_later_iterations_do_no_work(project):
-    """With learning rate 0 the model cannot improve on val: iteration 2 must be skipped."""
-    update_params(project, {"train": {"learning_rate": 0.0}, "loop": {"patience": 1},
+    """With a frozen learning rate the model cannot improve on val: iteration 2 must be skipped."""
+    update_params(project, {"train": {"learning_rate": FROZEN}, "loop": {"patience": 1},
                             "iterations": {"1": {"prev": 0}, "2": {"prev": 1}}})
     repro(project)
     train2 = json.loads((project / "metrics/iterations/iter-2/train.json").read_text())
@@ -148,19 +157,24 @@ def test_no_gain_stops_early_and_later_iterations_do_no_work(project):
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] == 0
 
 
-@pytest.mark.parametrize("overrides, message, stage_output", [
-    ({"idc": {"k": 0}}, "`idc.k` must be an integer >= 1", "data/iterations/iter-1/pairs.parquet"),
-    ({"seed_model": "./no/such/model"}, "no such folder", "models/iterations/iter-0"),
-    ({"iterations": {"1": {"prev": 0}, "2": {"prev": 0}}}, "`iterations.2.prev` must be 1",
+@pytest.mark.parametrize("overrides, messages, stage_output", [
+    ({"idc": {"k": 0}}, ["`idc.k` must be an integer >= 1"], "data/iterations/iter-1/pairs.parquet"),
+    ({"seed_model": "./no/such/model"}, ["no such folder"], "models/iterations/iter-0"),
+    ({"iterations": {"1": {"prev": 0}, "2": {"prev": 0}}}, ["`iterations.2.prev` must be 1"],
      "data/iterations/iter-2/embeddings.npy"),
+    # init (the first stage to rerun) would load the model: both problems come first, one line each
+    ({"idc": {"k": 0}, "train": {"learning_rate": "fast"}},
+     ["`idc.k` must be an integer >= 1", "`train.learning_rate` must be a number"], "models/iterations/iter-0"),
 ])
-def test_bad_params_fail_with_one_clear_error(project, overrides, message, stage_output):
-    """DVC removes a stage's outputs before running it; a failing stage must not leave new ones."""
+def test_bad_params_fail_with_one_clear_error(project, overrides, messages, stage_output):
+    """One `error:` line per bad value; DVC removes a stage's outputs before running it, and a
+    failing stage must not leave new ones."""
     update_params(project, overrides)
     _, result = repro(project, check=False)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert len(errors) == len(messages), result.stderr
+    assert all(message in error for message, error in zip(messages, errors)), result.stderr
     assert not (project / stage_output).exists()
 
 
@@ -188,7 +202,7 @@ def test_editing_the_corpus_file_reruns_prepare(project):
 def test_baseline_run_is_one_init_round_and_no_idc_iteration(project):
     """`init.method: conpono` + `loop.max_iterations: 0`: f_0 is the seed trained on CONPONO pairs,
     and the loop does no work after it -- how every baseline is run."""
-    from stages.cluster import PAIR_COLUMNS
+    from infocse.pairs import PAIR_COLUMNS
 
     seed_weights = (project / "models/iterations/iter-0/model.safetensors").read_bytes()
     update_params(project, {"init": {"method": "conpono"}, "loop": {"max_iterations": 0}})
@@ -199,7 +213,7 @@ def test_baseline_run_is_one_init_round_and_no_idc_iteration(project):
     assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) > 0
     assert json.loads((project / "metrics/iterations/iter-1/train.json").read_text())["skipped"] is True
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] == 0
-    assert "| 0 | seed + conpono |" in (project / "reports/report.md").read_text()
+    assert ["0", "seed + conpono"] in [row[:2] for row in report_rows((project / "reports/report.md").read_text())]
 
 
 def test_first_round_annotator_mines_round_one_while_f0_is_trained(project, tmp_path):
@@ -211,7 +225,7 @@ def test_first_round_annotator_mines_round_one_while_f0_is_trained(project, tmp_
     annotator = build_tiny_model(tmp_path / "annotator", seed=1)
     update_params(project, {"idc": {"first_round_annotator": str(annotator)}})
     ran, _ = repro(project)
-    assert ran[:2] == ["annotator", "embed@1"], ran
+    assert ran[:2] == ["annotator_model", "embed@1"], ran
     texts = pd.read_parquet(project / "data/corpus/sentences.parquet")["text"].tolist()
     embeddings = np.load(project / "data/iterations/iter-1/embeddings.npy")
     expected = SentenceTransformer(str(annotator), device="cpu").encode(texts, normalize_embeddings=True)
@@ -229,8 +243,8 @@ def test_changing_the_label_budget_reruns_only_fine_tuning(project):
 
 
 def test_plusplus_stops_when_the_fine_tuned_validation_score_stops_improving(project):
-    """Learning rates 0: fine-tuned val cannot improve, so round 2 runs (patience 1) and round 3 does no work."""
-    update_params(project, {"train": {"learning_rate": 0.0}, "finetune": {"learning_rate": 0.0},
+    """Frozen learning rates: fine-tuned val cannot improve, so round 2 runs (patience 1) and round 3 does no work."""
+    update_params(project, {"train": {"learning_rate": FROZEN}, "finetune": {"learning_rate": FROZEN},
                             "plusplus": {"max_rounds": 3}})
     repro(project)
     round2 = json.loads((project / "metrics/finetuned/round-2.json").read_text())

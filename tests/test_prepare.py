@@ -1,5 +1,6 @@
-"""prepare (stages/prepare.py): sentence splitting, the sentence table, the stratified label split,
-user corpora in JSONL / Parquet / .txt folders, their error messages, and the built-in BBC loader."""
+"""The prepared corpus (infocse.corpora): sentence splitting, the sentence table, the stratified
+label split, user corpora in JSONL / Parquet / .txt folders, their error messages, and the
+built-in BBC loader. Bad inputs fed through the prepare stage itself: test_bad_inputs.py."""
 
 from __future__ import annotations
 
@@ -10,19 +11,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import tiny_documents
+from conftest import config_with, tiny_documents
 
-from stages.common import StageError
-from stages.prepare import SPLITS, assign_splits, build_sentence_table, prepare_corpus, read_bbc_news, split_sentences
+from infocse.config import SPLITS, Config
+from infocse.corpora.build import prepare_corpus
+from infocse.corpora.readers import read_bbc_news
+from infocse.corpora.sentences import build_sentence_table, split_sentences
+from infocse.corpora.splits import assign_splits
+from infocse.errors import StageError
 
 FRACTIONS = {"fewshot": 0.4, "val": 0.2, "test": 0.4}
 
 
-def params_for(source: str, path: Path | str, seed: int = 0, **corpus) -> dict:
-    """params.yaml's `seed`, `corpus` and `split` sections for a user corpus."""
-    return {"seed": seed,
-            "corpus": {"source": source, "path": str(path), "title_first_line": True, "max_documents": "all", **corpus},
-            "split": dict(FRACTIONS)}
+def config_for(source: str, path: Path | str, seed: int = 0, **corpus) -> Config:
+    """The repository's params with `seed`, the split above and this corpus."""
+    return config_with({"seed": seed, "split": dict(FRACTIONS),
+                        "corpus": {"source": source, "path": str(path), "title_first_line": True,
+                                   "max_documents": "all", **corpus}})
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -85,13 +90,16 @@ def test_assign_splits_seeded():
     assert not first.equals(assign_splits(documents, FRACTIONS, seed=1))
 
 
-@pytest.mark.parametrize("fractions", [{"fewshot": 0.5, "val": 0.2, "test": 0.4},
-                                       {"fewshot": 0.3, "val": 0.2, "test": 0.4},
-                                       {"fewshot": 1.2, "val": -0.2, "test": 0.0}])
-def test_assign_splits_rejects_bad_fractions(fractions):
-    """Fractions must be >= 0 and sum to 1."""
-    with pytest.raises(StageError, match="sum to 1"):
-        assign_splits(categorised({"a": 10}), fractions, seed=0)
+@pytest.mark.parametrize("fractions, message", [
+    ({"fewshot": 0.5, "val": 0.2, "test": 0.4}, "`split` fractions must sum to 1"),
+    ({"fewshot": 0.3, "val": 0.2, "test": 0.4}, "`split` fractions must sum to 1"),
+    ({"fewshot": 1.2, "val": -0.2, "test": 0.0}, r"`split.fewshot` must be a number in \[0, 1\], got 1.2.*\n"
+                                                 r".*`split.val` must be a number in \[0, 1\], got -0.2"),
+])
+def test_bad_split_fractions_are_refused_by_the_config(fractions, message):
+    """Fractions must each lie in [0, 1] and sum to 1: checked with the params, before any split."""
+    with pytest.raises(StageError, match=message):
+        config_with({"split": fractions})
 
 
 # ---------------------------------------------------------------- prepare_corpus: good corpora
@@ -101,7 +109,7 @@ def expected_sentence_count() -> int:
 
 def test_prepare_jsonl_corpus(tiny_corpus_jsonl):
     """A JSONL corpus gives documents with titles, categories and splits, and its sentences."""
-    documents, sentences, stats = prepare_corpus(params_for("jsonl", tiny_corpus_jsonl))
+    documents, sentences, stats = prepare_corpus(config_for("jsonl", tiny_corpus_jsonl))
     source = pd.DataFrame(tiny_documents()).sort_values("id").reset_index(drop=True)
     assert documents["doc_id"].tolist() == source["id"].tolist()
     assert documents["title"].tolist() == source["title"].tolist()
@@ -120,8 +128,8 @@ def test_prepare_parquet_corpus_matches_jsonl(tmp_path, tiny_corpus_jsonl):
     """The same corpus as Parquet gives the same tables as JSONL."""
     path = tmp_path / "corpus.parquet"
     pd.DataFrame(tiny_documents()).to_parquet(path, index=False)
-    from_parquet = prepare_corpus(params_for("parquet", path))
-    from_jsonl = prepare_corpus(params_for("jsonl", tiny_corpus_jsonl))
+    from_parquet = prepare_corpus(config_for("parquet", path))
+    from_jsonl = prepare_corpus(config_for("jsonl", tiny_corpus_jsonl))
     pd.testing.assert_frame_equal(from_parquet[0], from_jsonl[0])
     pd.testing.assert_frame_equal(from_parquet[1], from_jsonl[1])
     assert from_parquet[2] == from_jsonl[2]
@@ -134,14 +142,14 @@ def test_prepare_txt_folder(tmp_path):
     (root / "a.txt").write_text("Title A\nAlpha one. Alpha two.\n", encoding="utf-8")
     (root / "sub" / "b.txt").write_text("Title B\nBeta one. Beta two. Beta three.", encoding="utf-8")
     (root / "ignored.md").write_text("Not a text file. Skipped.", encoding="utf-8")
-    documents, sentences, _ = prepare_corpus(params_for("txt", root))
+    documents, sentences, _ = prepare_corpus(config_for("txt", root))
     assert documents["doc_id"].tolist() == ["a", "sub/b"]
     assert documents["title"].tolist() == ["Title A", "Title B"]
     assert documents["body"].tolist() == ["Alpha one. Alpha two.", "Beta one. Beta two. Beta three."]
     assert documents["category"].tolist() == ["all", "all"]
     assert sentences["text"].tolist() == ["Alpha one.", "Alpha two.", "Beta one.", "Beta two.", "Beta three."]
 
-    documents, sentences, stats = prepare_corpus(params_for("txt", root, title_first_line=False))
+    documents, sentences, stats = prepare_corpus(config_for("txt", root, title_first_line=False))
     assert documents["title"].isna().all() and stats["documents_with_title"] == 0
     assert sentences["text"].tolist()[:3] == ["Title A", "Alpha one.", "Alpha two."]
 
@@ -149,7 +157,7 @@ def test_prepare_txt_folder(tmp_path):
 def test_prepare_corpus_without_titles(tmp_path):
     """No `title` field: the title column is all null and nothing fails."""
     rows = [{"id": d["id"], "text": d["text"], "category": d["category"]} for d in tiny_documents()]
-    documents, sentences, stats = prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+    documents, sentences, stats = prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
     assert len(documents) == 12 and documents["title"].isna().all()
     assert stats["documents_with_title"] == 0
     assert len(sentences) == 54
@@ -160,7 +168,7 @@ def test_prepare_blank_titles_become_null(tmp_path):
     rows = [{"id": "a", "title": "  Real title ", "text": "One. Two."},
             {"id": "b", "title": "   ", "text": "Three. Four."},
             {"id": "c", "text": "Five. Six."}]
-    documents, _, stats = prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+    documents, _, stats = prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
     assert documents["title"].tolist()[0] == "Real title"
     assert documents["title"].iloc[1:].isna().all()
     assert stats["documents_with_title"] == 1
@@ -168,23 +176,23 @@ def test_prepare_blank_titles_become_null(tmp_path):
 
 def test_prepare_max_documents_samples(tiny_corpus_jsonl):
     """`max_documents` keeps that many documents (a reproducible sample) and only their sentences."""
-    documents, sentences, stats = prepare_corpus(params_for("jsonl", tiny_corpus_jsonl, max_documents=5))
+    documents, sentences, stats = prepare_corpus(config_for("jsonl", tiny_corpus_jsonl, max_documents=5))
     ids = {d["id"] for d in tiny_documents()}
     assert len(documents) == 5 and stats["documents"] == 5
     assert set(documents["doc_id"]) <= ids and documents["doc_id"].is_unique
     assert documents["doc_id"].is_monotonic_increasing
     assert set(sentences["doc_id"]) == set(documents["doc_id"])
     assert sentences["sentence_id"].tolist() == list(range(len(sentences)))
-    again, _, _ = prepare_corpus(params_for("jsonl", tiny_corpus_jsonl, max_documents=5))
+    again, _, _ = prepare_corpus(config_for("jsonl", tiny_corpus_jsonl, max_documents=5))
     assert again["doc_id"].tolist() == documents["doc_id"].tolist()
-    everything, _, _ = prepare_corpus(params_for("jsonl", tiny_corpus_jsonl, max_documents=100))
+    everything, _, _ = prepare_corpus(config_for("jsonl", tiny_corpus_jsonl, max_documents=100))
     assert len(everything) == 12
 
 
 def test_prepare_drops_duplicate_bodies(tmp_path):
     """Two documents with the same body: one is kept and the drop is counted."""
     rows = [{"id": "a", "text": "One. Two."}, {"id": "b", "text": "One. Two."}, {"id": "c", "text": "Three. Four."}]
-    documents, _, stats = prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+    documents, _, stats = prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
     assert documents["doc_id"].tolist() == ["a", "c"]
     assert stats["duplicate_bodies_dropped"] == 1
 
@@ -193,7 +201,7 @@ def test_prepare_duplicate_bodies_up_to_whitespace(tmp_path):
     """Bodies differing only in whitespace count as duplicates; the first id (sorted) is kept."""
     rows = [{"id": "z", "text": "One. Two."}, {"id": "b", "text": "One.   Two.\n"},
             {"id": "c", "text": "One. Two. Three."}]
-    documents, _, stats = prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+    documents, _, stats = prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
     assert documents["doc_id"].tolist() == ["b", "c"]
     assert stats["duplicate_bodies_dropped"] == 1
 
@@ -203,9 +211,9 @@ def test_prepare_split_follows_top_level_seed(tmp_path):
     rows = [{"id": f"d{i:02d}", "text": f"Sentence {i} one. Sentence {i} two.", "category": "ab"[i % 2]}
             for i in range(40)]
     path = write_jsonl(tmp_path / "c.jsonl", rows)
-    first = prepare_corpus(params_for("jsonl", path, seed=0))[0]["split"]
-    assert first.equals(prepare_corpus(params_for("jsonl", path, seed=0))[0]["split"])
-    assert not first.equals(prepare_corpus(params_for("jsonl", path, seed=5))[0]["split"])
+    first = prepare_corpus(config_for("jsonl", path, seed=0))[0]["split"]
+    assert first.equals(prepare_corpus(config_for("jsonl", path, seed=0))[0]["split"])
+    assert not first.equals(prepare_corpus(config_for("jsonl", path, seed=5))[0]["split"])
 
 
 # ---------------------------------------------------------------- prepare_corpus: errors
@@ -214,7 +222,7 @@ def test_error_empty_jsonl(tmp_path):
     path = tmp_path / "corpus.jsonl"
     path.write_text("", encoding="utf-8")
     with pytest.raises(StageError) as error:
-        prepare_corpus(params_for("jsonl", path))
+        prepare_corpus(config_for("jsonl", path))
     message = str(error.value).replace(str(path), "<path>")  # the tmp path itself contains "empty"
     assert re.search(r"(?i)\bempty\b|no documents", message), message
 
@@ -223,7 +231,7 @@ def test_error_empty_txt_folder(tmp_path):
     """A folder without .txt files says the corpus has no documents."""
     (tmp_path / "texts").mkdir()
     with pytest.raises(StageError, match="no documents"):
-        prepare_corpus(params_for("txt", tmp_path / "texts"))
+        prepare_corpus(config_for("txt", tmp_path / "texts"))
 
 
 @pytest.mark.parametrize("text", ["", "   \n ", None])
@@ -231,7 +239,7 @@ def test_error_document_without_text(tmp_path, text):
     """A document with empty, blank or null text is named in the error."""
     rows = [{"id": "good", "text": "One. Two."}, {"id": "bad-doc", "text": text}]
     with pytest.raises(StageError, match="no text.*bad-doc"):
-        prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+        prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
 
 
 def test_error_parquet_missing_text_column(tmp_path):
@@ -239,22 +247,23 @@ def test_error_parquet_missing_text_column(tmp_path):
     path = tmp_path / "c.parquet"
     pd.DataFrame({"id": ["a", "b"], "body": ["One. Two.", "Three. Four."]}).to_parquet(path)
     with pytest.raises(StageError, match=r"missing column.*'text'"):
-        prepare_corpus(params_for("parquet", path))
+        prepare_corpus(config_for("parquet", path))
 
 
 def test_error_jsonl_missing_text_column(tmp_path):
     """JSONL without `text` names the missing column."""
     path = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "body": "One. Two."}, {"id": "b", "body": "Three. Four."}])
     with pytest.raises(StageError, match=r"missing column.*'text'"):
-        prepare_corpus(params_for("jsonl", path))
+        prepare_corpus(config_for("jsonl", path))
 
 
 def test_error_jsonl_invalid_utf8(tmp_path):
-    """Invalid UTF-8 in JSONL names the line and byte."""
+    """Invalid UTF-8 in JSONL names the line and column (in characters) and the file's byte offset:
+    line 1 is 32 characters and a newline, and `{"id": "b", "text": "caf` is 24 more."""
     path = tmp_path / "c.jsonl"
     path.write_bytes(b'{"id": "a", "text": "One. Two."}\n{"id": "b", "text": "caf\xe9. Two."}\n')
-    with pytest.raises(StageError, match=r"line 2: invalid UTF-8 at byte 24"):
-        prepare_corpus(params_for("jsonl", path))
+    with pytest.raises(StageError, match=r"c\.jsonl: invalid UTF-8 on line 2, column 25 \(byte 57\)$"):
+        prepare_corpus(config_for("jsonl", path))
 
 
 def test_error_jsonl_invalid_json(tmp_path):
@@ -262,43 +271,45 @@ def test_error_jsonl_invalid_json(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text('{"id": "a", "text": "One. Two."}\n{"id": "b", "text": \n', encoding="utf-8")
     with pytest.raises(StageError, match=r"line 2: not valid JSON"):
-        prepare_corpus(params_for("jsonl", path))
+        prepare_corpus(config_for("jsonl", path))
 
 
 def test_error_txt_invalid_utf8(tmp_path):
-    """Invalid UTF-8 in a .txt file names the file."""
+    """Invalid UTF-8 in a .txt file names the file, its line and column in characters: "Prïce " is
+    6 characters but 7 bytes, after "Title" and a newline (6 bytes)."""
     root = tmp_path / "texts"
     root.mkdir()
     (root / "good.txt").write_text("T\nOne. Two.", encoding="utf-8")
-    (root / "bad.txt").write_bytes(b"Title\nPrice \x80 ten. Two.")
-    with pytest.raises(StageError, match=r"bad\.txt: invalid UTF-8 at byte 12"):
-        prepare_corpus(params_for("txt", root))
+    (root / "bad.txt").write_bytes(b"Title\nPr\xc3\xafce \x80 ten. Two.")
+    with pytest.raises(StageError, match=r"bad\.txt: invalid UTF-8 on line 2, column 7 \(byte 13\)"):
+        prepare_corpus(config_for("txt", root))
 
 
 @pytest.mark.parametrize("source", ["jsonl", "parquet", "txt"])
 def test_error_nonexistent_path(tmp_path, source):
     """A path that does not exist is named in the error."""
     with pytest.raises(StageError, match="does not exist"):
-        prepare_corpus(params_for(source, tmp_path / "nowhere"))
+        prepare_corpus(config_for(source, tmp_path / "nowhere"))
 
 
 def test_error_txt_source_needs_folder(tiny_corpus_jsonl):
     """`txt` pointed at a file says it needs a folder."""
     with pytest.raises(StageError, match="needs a folder of .txt files"):
-        prepare_corpus(params_for("txt", tiny_corpus_jsonl))
+        prepare_corpus(config_for("txt", tiny_corpus_jsonl))
 
 
 def test_error_unreadable_parquet(tiny_corpus_jsonl):
     """`parquet` pointed at a non-Parquet file is a StageError, not a pyarrow traceback."""
     with pytest.raises(StageError, match="not a readable Parquet"):
-        prepare_corpus(params_for("parquet", tiny_corpus_jsonl))
+        prepare_corpus(config_for("parquet", tiny_corpus_jsonl))
 
 
 @pytest.mark.parametrize("source", ["csv", "", None])
 def test_error_unknown_source(tiny_corpus_jsonl, source):
     """An unknown source lists the accepted ones."""
-    with pytest.raises(StageError, match="bbc, jsonl, parquet or txt"):
-        prepare_corpus(params_for(source, tiny_corpus_jsonl))
+    with pytest.raises(StageError, match=r"`corpus.source` must be one of \['bbc', 'manpages', 'jsonl', 'parquet', "
+                                         r"'txt'\]"):
+        config_for(source, tiny_corpus_jsonl)
 
 
 def test_error_duplicate_ids(tmp_path):
@@ -306,28 +317,28 @@ def test_error_duplicate_ids(tmp_path):
     rows = [{"id": "same", "text": "One. Two."}, {"id": "other", "text": "Three. Four."},
             {"id": "same", "text": "Five. Six."}]
     with pytest.raises(StageError, match="duplicate document id 'same'"):
-        prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+        prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
 
 
 def test_error_ids_equal_as_strings(tmp_path):
     """Ids 7 and "7" become the same doc_id; they must be rejected as duplicates, not merged."""
     rows = [{"id": 7, "text": "One. Two."}, {"id": "7", "text": "Three. Four."}]
     with pytest.raises(StageError, match="duplicate document id"):
-        prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+        prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
 
 
 def test_error_no_document_with_two_sentences(tmp_path):
     """A corpus of one-sentence documents has nothing to pair."""
     rows = [{"id": "a", "text": "Only one."}, {"id": "b", "text": "Just this. Just this."}]
     with pytest.raises(StageError, match="no document has two or more sentences"):
-        prepare_corpus(params_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+        prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
 
 
 @pytest.mark.parametrize("value", [0, -3, "some", 2.5, True])
 def test_error_bad_max_documents(tiny_corpus_jsonl, value):
     """`max_documents` must be an integer >= 1 or "all"."""
-    with pytest.raises(StageError, match="max_documents"):
-        prepare_corpus(params_for("jsonl", tiny_corpus_jsonl, max_documents=value))
+    with pytest.raises(StageError, match=r'`corpus.max_documents` must be an integer >= 1 or "all"'):
+        config_for("jsonl", tiny_corpus_jsonl, max_documents=value)
 
 
 # ---------------------------------------------------------------- BBC
@@ -341,3 +352,12 @@ def test_read_bbc_news():
     assert (bbc["doc_id"].str.split("/").str[0] == bbc["category"]).all()
     assert not bbc["body"].apply(lambda b: b.startswith("\n")).any()
     assert np.all(bbc["body"].str.len() > bbc["title"].str.len())
+
+
+def test_integer_ids_stay_integers_next_to_missing_fields(tmp_path):
+    """JSONL values keep their JSON types: integer ids become "1", "2" (not "1.0"), and a row
+    without a category gets "all"."""
+    rows = [{"id": 2, "text": "Three. Four.", "category": "b"}, {"id": 1, "text": "One. Two."}]
+    documents, _, _ = prepare_corpus(config_for("jsonl", write_jsonl(tmp_path / "c.jsonl", rows)))
+    assert documents["doc_id"].tolist() == ["1", "2"]
+    assert documents["category"].tolist() == ["all", "b"]

@@ -1,5 +1,6 @@
-"""The `ray` engine (stages/ray_engine.py): the same embeddings and the same pair table as the local
-engine, partitions of whole documents, Ray's retries of a killed task, and clear errors."""
+"""The `ray` engine (infocse/engines/ray.py): the same embeddings and the same pair table as the
+local engine, partitions of whole documents, Ray's retries of a killed task, and clear errors.
+Its params (`engine.*`) are checked with all other params (tests/test_config.py)."""
 
 from __future__ import annotations
 
@@ -12,33 +13,39 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO, tiny_documents
+from conftest import REPO, config_with, repo_params, tiny_documents
+from pipeline_helpers import deep_merge
 
-from stages.cluster import cluster_iteration
-from stages.common import StageError, load_model, save_numpy
-from stages.embed import embed_sentences
-from stages.prepare import build_sentence_table
-from stages.ray_engine import (
-    Engine,
+from infocse.config import Config
+from infocse.corpora.sentences import build_sentence_table
+from infocse.embedding import embed_sentences
+from infocse.engines.ray import (
     cluster_with_ray,
     document_codes,
-    engine_settings,
     import_ray,
     mine_partition,
     plan_partitions,
     read_rows,
     take_rows,
 )
+from infocse.errors import StageError
+from infocse.idc import cluster_sentences
+from infocse.io import save_numpy
+from infocse.models import load_model
+
+CAPPED = {"max_pairs_per_document": 3, "max_pairs": 15}
+UNCAPPED = {"max_pairs_per_document": "all", "max_pairs": "all"}
 
 
-def ray_engine(partition_sentences: int = 10, actors: int | None = 1) -> Engine:
-    return Engine("ray", None, partition_sentences, actors)
-
-
-def stage_params(**idc) -> dict:
+def stage_overrides(k: int = 1, method: str = "partition", budget: dict = CAPPED, partition_sentences: int = 10,
+                    actors: int | str = 1) -> dict:
     return {"seed": 0, "device": "cpu", "embed": {"batch_size": 8, "max_seq_length": 64},
-            "idc": {"method": "partition", "k": 1, "kmeans_clusters": 3, **idc},
-            "budget": {"max_pairs_per_document": 3, "max_pairs": 15}}
+            "idc": {"method": method, "k": k, "kmeans_clusters": 3}, "budget": budget,
+            "engine": {"name": "ray", "address": None, "partition_sentences": partition_sentences, "actors": actors}}
+
+
+def stage_config(**overrides) -> Config:
+    return config_with(stage_overrides(**overrides))
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +74,13 @@ def corpus(tmp_path_factory, tiny_model_dir) -> dict[str, Path]:
     return {"sentences": folder / "sentences.parquet", "embeddings": folder / "embeddings.npy"}
 
 
-def local_pairs(params: dict, corpus: dict[str, Path]) -> tuple[pd.DataFrame, dict]:
-    return cluster_iteration(params, pd.read_parquet(corpus["sentences"]), np.load(corpus["embeddings"]))
+def local_pairs(config: Config, corpus: dict[str, Path]) -> tuple[pd.DataFrame, dict]:
+    return cluster_sentences(config.idc, config.budget, config.seed, pd.read_parquet(corpus["sentences"]),
+                             np.load(corpus["embeddings"]))
 
 
-def assert_same_as_local(params: dict, corpus: dict[str, Path], ray_result: tuple[pd.DataFrame, dict]) -> None:
-    expected_pairs, expected_stats = local_pairs(params, corpus)
+def assert_same_as_local(config: Config, corpus: dict[str, Path], ray_result: tuple[pd.DataFrame, dict]) -> None:
+    expected_pairs, expected_stats = local_pairs(config, corpus)
     pairs, stats = ray_result
     assert len(expected_pairs) > 0
     pd.testing.assert_frame_equal(pairs, expected_pairs)
@@ -82,19 +90,7 @@ def assert_same_as_local(params: dict, corpus: dict[str, Path], ray_result: tupl
     assert without_timing(stats) == without_timing(expected_stats)
 
 
-# ---------------------------------------------------------------- settings and errors (no Ray needed)
-def test_engine_settings_default_to_local_and_reject_bad_values():
-    assert engine_settings({}) == Engine("local", None, 50000, None)
-    assert engine_settings({"engine": {"name": "ray", "address": "ray://head:10001", "partition_sentences": 10,
-                                       "actors": 2}}) == Engine("ray", "ray://head:10001", 10, 2)
-    with pytest.raises(StageError, match=r"`engine.name` must be one of \['local', 'ray'\], got 'spark'"):
-        engine_settings({"engine": {"name": "spark"}})
-    with pytest.raises(StageError, match="`engine.actors`"):
-        engine_settings({"engine": {"name": "ray", "actors": 0}})
-    with pytest.raises(StageError, match="`engine.partition_sentences`"):
-        engine_settings({"engine": {"name": "ray", "partition_sentences": "many"}})
-
-
+# ---------------------------------------------------------------- errors (no Ray needed)
 def test_missing_ray_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
     with pytest.raises(StageError, match=r'engine `ray` needs `pip install "ray\[data\]==2\.60\.0"`'):
@@ -102,15 +98,18 @@ def test_missing_ray_says_what_to_install(monkeypatch):
 
 
 def test_local_engine_never_imports_ray():
+    """The local stages import neither Ray nor the engine module (`import ray` would fail here)."""
     code = ("import sys; sys.modules['ray'] = None\n"
             "import stages.embed, stages.cluster\n"
-            "assert stages.cluster.engine_settings({}).name == 'local'")
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+            "from infocse.config import load_config\n"
+            "assert load_config().engine.name == 'local'\n"
+            "assert 'infocse.engines.ray' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
 def test_kmeans_is_refused_on_ray(corpus):
     with pytest.raises(StageError, match="`idc.method: kmeans`.*local engine only"):
-        cluster_with_ray(ray_engine(), stage_params(method="kmeans"), corpus["embeddings"], corpus["sentences"])
+        cluster_with_ray(stage_config(method="kmeans"), corpus["embeddings"], corpus["sentences"])
 
 
 # ---------------------------------------------------------------- partitions
@@ -150,8 +149,7 @@ def test_embed_and_cluster_stages_on_ray_match_local(ray_cluster, corpus, tiny_m
     (tmp_path / "data/state/after-iter-0.json").write_text('{"continue": true}')
     (tmp_path / "models/iterations").mkdir(parents=True)
     (tmp_path / "models/iterations/iter-0").symlink_to(tiny_model_dir)
-    params = {**stage_params(), "iterations": {"1": {"prev": 0}},
-              "engine": {"name": "ray", "address": None, "partition_sentences": 10, "actors": 2}}
+    params = deep_merge(repo_params(), {**stage_overrides(actors=2), "iterations": {"1": {"prev": 0}}})
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["stage", "--iteration", "1"])
@@ -172,12 +170,10 @@ def test_embed_and_cluster_stages_on_ray_match_local(ray_cluster, corpus, tiny_m
     assert len(on_ray) > 0
 
 
-@pytest.mark.parametrize("k, budget", [(1, {"max_pairs_per_document": 3, "max_pairs": 15}),
-                                       (2, {"max_pairs_per_document": "all", "max_pairs": "all"})])
+@pytest.mark.parametrize("k, budget", [(1, CAPPED), (2, UNCAPPED)])
 def test_ray_cluster_matches_local(ray_cluster, corpus, k, budget):
-    params = {**stage_params(k=k), "budget": budget}
-    assert_same_as_local(params, corpus, cluster_with_ray(ray_engine(partition_sentences=10), params,
-                                                          corpus["embeddings"], corpus["sentences"]))
+    config = stage_config(k=k, budget=budget)
+    assert_same_as_local(config, corpus, cluster_with_ray(config, corpus["embeddings"], corpus["sentences"]))
 
 
 def test_ray_cluster_labels_match_local_on_many_documents(ray_cluster, tmp_path):
@@ -193,9 +189,8 @@ def test_ray_cluster_labels_match_local_on_many_documents(ray_cluster, tmp_path)
     corpus = {"sentences": tmp_path / "sentences.parquet", "embeddings": tmp_path / "embeddings.npy"}
     sentences.to_parquet(corpus["sentences"], index=False)
     save_numpy(vectors / np.linalg.norm(vectors, axis=1, keepdims=True), corpus["embeddings"])
-    params = {**stage_params(k=2), "budget": {"max_pairs_per_document": "all", "max_pairs": "all"}}
-    assert_same_as_local(params, corpus, cluster_with_ray(ray_engine(partition_sentences=40), params,
-                                                          corpus["embeddings"], corpus["sentences"]))
+    config = stage_config(k=2, budget=UNCAPPED, partition_sentences=40)
+    assert_same_as_local(config, corpus, cluster_with_ray(config, corpus["embeddings"], corpus["sentences"]))
 
 
 class FailFirstAttempt:
@@ -217,9 +212,8 @@ class FailFirstAttempt:
 @pytest.mark.parametrize("how", ["exit", "raise"])
 def test_a_failed_task_is_retried_without_lost_or_duplicated_pairs(ray_cluster, corpus, tmp_path, how):
     marker = tmp_path / "failed"
-    params = {**stage_params(), "budget": {"max_pairs_per_document": "all", "max_pairs": "all"}}
-    result = cluster_with_ray(ray_engine(partition_sentences=10), params, corpus["embeddings"], corpus["sentences"],
-                              miner=FailFirstAttempt(marker, how))
+    config = stage_config(budget=UNCAPPED)
+    result = cluster_with_ray(config, corpus["embeddings"], corpus["sentences"], miner=FailFirstAttempt(marker, how))
     assert marker.exists()  # the failure did happen
-    assert_same_as_local(params, corpus, result)
+    assert_same_as_local(config, corpus, result)
     assert not result[0].duplicated(["sentence_a", "sentence_b"]).any()

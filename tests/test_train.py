@@ -1,20 +1,26 @@
-"""train (stages/train.py): document-disjoint batching, and contrastive training of the tiny model
-on same-document pairs (it learns, it is reproducible)."""
+"""Training (infocse/sampler.py, infocse/training.py): document-disjoint batching by the greedy and
+the spread sampler, batch diagnostics, the training precision, and contrastive training of the tiny
+model on same-document pairs (it learns, it is reproducible, it leaves no scratch folder)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import os
+import tempfile
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_documents
+from conftest import config_with, tiny_documents
 
-from stages.common import StageError, load_model
-from stages.prepare import split_sentences
-from stages.train import document_disjoint_batches, train_on_pairs
+from infocse.corpora.sentences import split_sentences
+from infocse.errors import StageError
+from infocse.models import load_model
+from infocse.sampler import batch_statistics, document_disjoint_batches, spread_batches
+from infocse.training import dataloader_workers, train_on_pairs, training_batches, training_precision
 
 
 # ---------------------------------------------------------------- document_disjoint_batches
@@ -121,6 +127,200 @@ def test_batches_single_document_or_empty():
     assert document_disjoint_batches(np.array([], dtype=np.int64), 4, 0) == []
 
 
+# ---------------------------------------------------------------- spread_batches (params train.sampler: spread)
+def skewed_codes(seed: int) -> np.ndarray:
+    """A few long documents hold most pairs: 4 documents with 60 pairs each, 36 with 4 each (62%
+    of the pairs in 10% of the documents), rows in a random order."""
+    codes = np.r_[np.repeat(np.arange(4), 60), np.repeat(np.arange(4, 40), 4)]
+    return codes[np.random.default_rng(seed).permutation(len(codes))]
+
+
+def documents_left_before(batches: list[list[int]], doc_codes: np.ndarray) -> list[int]:
+    """For each batch, in the order formed: how many documents still held pairs when it was formed."""
+    unused, counts = np.ones(len(doc_codes), dtype=bool), []
+    for batch in batches:
+        counts.append(len(set(doc_codes[unused].tolist())))
+        unused[batch] = False
+    return counts
+
+
+def most_full_batches(doc_codes: np.ndarray, batch_size: int) -> int:
+    """The most full batches any document-disjoint batching can form: a document gives at most one
+    pair to each batch, so k full batches need sum over documents of min(pairs, k) >= k * batch_size."""
+    per_document = np.unique(doc_codes, return_counts=True)[1]
+    k = 0
+    while np.minimum(per_document, k + 1).sum() >= (k + 1) * batch_size:
+        k += 1
+    return k
+
+
+def mean_size(batches: list[list[int]]) -> float:
+    return float(np.mean([len(batch) for batch in batches]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spread_keeps_batches_full_on_a_skewed_table(seed):
+    """On a table where a few documents hold most pairs, spread's batches are all full: the mean
+    size is >= 0.95 x batch size over the batches formed while at least batch-size documents held
+    pairs (and over all of them), and it forms as many full batches as any document-disjoint
+    batching can. Greedy fails the fullness check on the same table: once the short documents run
+    out, its batches shrink to the four long ones. (Greedy scans every waiting pair, so its
+    batches too are full while batch-size documents hold pairs: the difference is that it trains
+    on that tail in small batches, which spread leaves out.)"""
+    batch_size = 16
+    doc_codes = skewed_codes(seed)
+    spread = spread_batches(doc_codes, batch_size, seed)
+    check_batches(spread, doc_codes, batch_size)
+    while_enough = [batch for batch, left in zip(spread, documents_left_before(spread, doc_codes)) if left >= batch_size]
+    assert while_enough == spread, "spread forms no batch once fewer than batch-size documents hold pairs"
+    assert mean_size(while_enough) >= 0.95 * batch_size and mean_size(spread) >= 0.95 * batch_size
+    assert len(spread) == most_full_batches(doc_codes, batch_size) == 12
+    left = dropped(spread, len(doc_codes))
+    assert len(set(doc_codes[left].tolist())) < batch_size, "a further full batch was possible"
+
+    greedy = document_disjoint_batches(doc_codes, batch_size, seed)
+    check_batches(greedy, doc_codes, batch_size)
+    assert mean_size(greedy) < 0.95 * batch_size, "the point of spread: greedy's batches are not full here"
+    greedy_full = sum(len(batch) == batch_size for batch in greedy)
+    assert greedy_full <= len(spread)
+    greedy_while_enough = [b for b, n in zip(greedy, documents_left_before(greedy, doc_codes)) if n >= batch_size]
+    assert all(len(batch) == batch_size for batch in greedy_while_enough)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_spread_reaches_the_bound_on_random_tables(seed):
+    """On random skewed tables of many sizes: never two pairs of one document, every pair at most
+    once, every batch full, and exactly as many batches as the bound allows."""
+    rng = np.random.default_rng(seed)
+    for documents, pairs, batch_size in [(40, 500, 8), (200, 3000, 32), (10, 100, 4), (33, 40, 32), (5, 50, 8)]:
+        weights = 1.0 / np.arange(1, documents + 1) ** rng.uniform(0.5, 1.5)
+        doc_codes = rng.choice(documents, size=pairs, p=weights / weights.sum())
+        batches = spread_batches(doc_codes, batch_size, seed)
+        check_batches(batches, doc_codes, batch_size)
+        assert all(len(batch) == batch_size for batch in batches)
+        assert len(batches) == most_full_batches(doc_codes, batch_size), (documents, pairs, batch_size)
+
+
+def test_spread_hand_worked():
+    """Documents A, B, C, D with 3, 2, 1, 1 pairs, batch size 2: at most 3 full batches (7 pairs,
+    and A can give only one pair to each). Batch 1 takes A and B (most pairs left: 3 and 2); batch 2
+    takes A (2 left) and one of B, C, D (1 each, drawn); then three documents hold one pair each,
+    batch 3 takes two of them (drawn), and one pair is left over."""
+    doc_codes = np.array([0, 0, 0, 1, 1, 2, 3])
+    left_over = set()
+    for seed in range(12):
+        batches = spread_batches(doc_codes, 2, seed)
+        assert [sorted(doc_codes[batch].tolist())[0] for batch in batches[:2]] == [0, 0]
+        assert sorted(doc_codes[batches[0]].tolist()) == [0, 1]
+        assert len(batches) == 3 and len(batches[2]) == 2
+        left = dropped(batches, len(doc_codes))
+        assert len(left) == 1
+        left_over.add(int(doc_codes[left[0]]))
+    assert len(left_over) > 1, "the tie in batch 3 is drawn with the seed"
+    # with three devices sharing a batch of 7, each batch is cut to 6 pairs
+    codes = np.repeat(np.arange(10), 3)
+    batches = spread_batches(codes, 7, 0, multiple_of=3)
+    check_batches(batches, codes, 7)
+    assert [len(batch) for batch in batches] == [6] * 5
+
+
+def test_spread_deterministic_per_seed_and_shuffled_within_documents():
+    """Same seed -> same batches; another seed -> other batches; a document's pairs are taken in an
+    order drawn with the seed (not its rows' order), and which of several equal documents goes
+    first is drawn too."""
+    doc_codes = skewed_codes(0)
+    first = spread_batches(doc_codes, 16, 0)
+    assert first == spread_batches(doc_codes, 16, 0)
+    assert first != spread_batches(doc_codes, 16, 1)
+    sorted_codes = np.sort(doc_codes)  # document 0's pairs are rows 0..59
+    orders = [[index for batch in spread_batches(sorted_codes, 16, seed) for index in batch if index < 60]
+              for seed in range(3)]
+    assert all(order != sorted(order) for order in orders) and orders[0] != orders[1]
+    equal = np.repeat(np.arange(8), 2)  # 8 documents of 2 pairs, batches of 4: who goes first is drawn
+    firsts = {tuple(sorted(equal[spread_batches(equal, 4, seed)[0]].tolist())) for seed in range(10)}
+    assert len(firsts) > 1
+
+
+def test_spread_needs_batch_size_documents():
+    """Fewer documents than the batch size: no full batch exists, so none is formed, and training
+    says so in one line (greedy would train in batches of that many documents)."""
+    doc_codes = np.repeat(np.arange(5), 4)
+    assert spread_batches(doc_codes, 8, 0) == []
+    assert spread_batches(np.array([], dtype=np.int64), 8, 0) == []
+    pairs = pd.DataFrame({"doc_id": doc_codes.astype(str), "text_a": "a", "text_b": "b"})
+    training = dataclasses.replace(config_with({}).train, sampler="spread", batch_size=8)
+    with pytest.raises(StageError, match="from 5 documents, fewer than the batch size 8: use sampler `greedy`"):
+        training_batches(pairs, training, 0)
+    assert len(training_batches(pairs, dataclasses.replace(training, sampler="greedy"), 0)) == 4
+
+
+def test_training_batches_follow_the_sampler_param():
+    """`train.sampler` picks the batching; the default is greedy, epoch e uses seed + e, and
+    `devices` is passed on as the multiple each batch is cut to."""
+    doc_codes = skewed_codes(0)
+    pairs = pd.DataFrame({"doc_id": [f"doc-{code}" for code in doc_codes], "text_a": "a", "text_b": "b"})
+    default = config_with({"train": {"batch_size": 16, "epochs": 2}}).train
+    assert default.sampler == "greedy"
+    codes = pd.factorize(pairs["doc_id"])[0]
+    assert training_batches(pairs, default, 3) == (document_disjoint_batches(codes, 16, 3)
+                                                   + document_disjoint_batches(codes, 16, 4))
+    spread = dataclasses.replace(default, sampler="spread", devices=2)
+    assert training_batches(pairs, spread, 3) == (spread_batches(codes, 16, 3, multiple_of=2)
+                                                  + spread_batches(codes, 16, 4, multiple_of=2))
+
+
+# ---------------------------------------------------------------- batch diagnostics
+def test_batch_statistics_hand_worked():
+    """Pairs of documents 0 (six pairs), 1 (two), 2 and 3 (one each); batches of 4, 2 and 3 pairs
+    with batch size 4: 3 batches, mean 3.0, min 2, one of three full; the top 10% of the four
+    documents is one document (ceil), document 0, with 6 of the 10 pairs."""
+    doc_codes = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2, 3])
+    batches = [[0, 6, 8, 9], [1, 7], [2, 3, 4]]
+    assert batch_statistics(batches, doc_codes, 4) == {
+        "batches": 3, "mean_size": 3.0, "min_size": 2, "share_full": pytest.approx(1 / 3),
+        "share_of_pairs_from_top_10pct_documents": 0.6}
+    # one document of 20 pairs and 20 of one pair: the top 10% of 21 documents is three (2.1 rounded
+    # up), 22 of 40 pairs
+    codes = np.r_[np.zeros(20, dtype=np.int64), np.arange(1, 21)]
+    assert batch_statistics([], codes, 4)["share_of_pairs_from_top_10pct_documents"] == 22 / 40
+    assert batch_statistics([], np.array([], dtype=np.int64), 4) == {
+        "batches": 0, "mean_size": 0.0, "min_size": 0, "share_full": 0.0,
+        "share_of_pairs_from_top_10pct_documents": 0.0}
+
+
+# ---------------------------------------------------------------- precision and data loading
+@pytest.mark.parametrize("device, precision, bf16_supported, expected", [
+    ("cpu", "auto", True, "fp32"), ("cpu", "auto", False, "fp32"), ("cpu", "fp32", True, "fp32"),
+    ("cpu", "bf16", False, "bf16"),  # the CPU runs bf16 autocast whatever the CUDA flag says
+    ("cuda", "auto", True, "bf16"), ("cuda:1", "auto", True, "bf16"), ("cuda", "auto", False, "fp32"),
+    ("cuda", "fp16", True, "fp16"), ("cuda", "fp16", False, "fp16"), ("cuda", "fp32", True, "fp32"),
+    ("cuda", "bf16", True, "bf16"),
+])
+def test_training_precision(device, precision, bf16_supported, expected):
+    assert training_precision(device, precision, bf16_supported) == expected
+
+
+@pytest.mark.parametrize("device, precision, bf16_supported, message", [
+    ("cpu", "fp16", True, "training precision fp16 needs a CUDA device, but the device is cpu"),
+    ("cuda", "bf16", False, r"training precision bf16 is not supported by this CUDA device \(cuda\)"),
+    ("cuda", "fp8", True, "must be auto, fp32, bf16 or fp16"),
+])
+def test_training_precision_refused(device, precision, bf16_supported, message):
+    with pytest.raises(StageError, match=message) as error:
+        training_precision(device, precision, bf16_supported)
+    assert "\n" not in str(error.value)
+
+
+def test_dataloader_workers_only_on_cuda(monkeypatch):
+    """CPU training tokenizes in the loop, as it always did; on CUDA up to two workers per process
+    tokenize ahead, leaving a core for the process itself."""
+    for cores in (1, 2, 16, 64):
+        monkeypatch.setattr(os, "cpu_count", lambda cores=cores: cores)
+        assert dataloader_workers("cpu", 1) == 0
+        assert dataloader_workers("cuda", 1) == min(2, cores - 1)
+        assert dataloader_workers("cuda:0", 8) == max(0, min(2, cores // 8 - 1))
+
+
 # ---------------------------------------------------------------- train_on_pairs
 def tiny_pairs() -> tuple[pd.DataFrame, dict[str, list[str]]]:
     """Every pair of sentences inside each tiny document, and each document's sentences."""
@@ -147,7 +347,8 @@ def positive_minus_negative(model, pairs: pd.DataFrame) -> float:
 
 
 SEED = 0
-TRAIN = {"batch_size": 8, "learning_rate": 3.0e-3, "warmup_ratio": 0.1, "temperature": 0.05, "epochs": 2}
+TRAIN = config_with({"train": {"batch_size": 8, "learning_rate": 3.0e-3, "warmup_ratio": 0.1, "temperature": 0.05,
+                               "epochs": 2}}).train
 
 
 @pytest.fixture(autouse=True)
@@ -175,19 +376,22 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
     assert after > before + 0.1, (before, after)
 
     doc_codes = pd.factorize(pairs["doc_id"])[0]
-    expected_batches = [b for epoch in range(TRAIN["epochs"])
-                        for b in document_disjoint_batches(doc_codes, TRAIN["batch_size"], SEED + epoch)]
+    expected_batches = [b for epoch in range(TRAIN.epochs)
+                        for b in document_disjoint_batches(doc_codes, TRAIN.batch_size, SEED + epoch)]
     assert stats["steps"] == len(expected_batches) > 0
     assert math.isfinite(stats["train_loss"]) and stats["train_loss"] > 0
     assert stats["pairs_used"] == sum(len(b) for b in expected_batches)
-    assert stats["pairs_used"] + stats["pairs_dropped"] == len(pairs) * TRAIN["epochs"]
+    assert stats["pairs_used"] + stats["pairs_dropped"] == len(pairs) * TRAIN.epochs
     assert stats["loss_curve"] and all(math.isfinite(row["loss"]) for row in stats["loss_curve"])
+    assert stats["batches"] == batch_statistics(expected_batches, doc_codes, TRAIN.batch_size)
+    assert stats["batches"]["batches"] == stats["steps"]
+    assert stats["sampler"] == "greedy" and stats["precision"] == "fp32"
 
 
 def test_training_is_deterministic(tiny_model_dir, tmp_path):
     """Two runs from the same weights with the same seed end with identical weights (that moved)."""
     pairs, _ = tiny_pairs()
-    train = {**TRAIN, "epochs": 1}
+    train = dataclasses.replace(TRAIN, epochs=1)
     initial = {k: v.clone() for k, v in load_model(tiny_model_dir, "cpu").state_dict().items()}
     results = []
     for run in range(2):
@@ -201,21 +405,69 @@ def test_training_is_deterministic(tiny_model_dir, tmp_path):
     assert any(not torch.equal(first[k], initial[k]) for k in first), "training changed no weight"
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"batch_size": 1}, "batch_size` must be >= 2"),
-    ({"epochs": 0}, "train.epochs"),
-    ({"warmup_ratio": 1.0}, "warmup_ratio"),
-    ({"temperature": 0.0}, "temperature"),
-])
-def test_bad_training_params_are_refused(tiny_model_dir, tmp_path, change, message):
-    model = load_model(tiny_model_dir, "cpu")
-    with pytest.raises(StageError, match=message):
-        train_on_pairs(model, tiny_pairs()[0], {**TRAIN, **change}, SEED, "cpu", tmp_path / "out")
-
-
 def test_pairs_of_one_document_cannot_train(tiny_model_dir, tmp_path):
     """No batch can hold two of its pairs: training would silently do nothing, so it is an error."""
     pairs = tiny_pairs()[0]
     model = load_model(tiny_model_dir, "cpu")
     with pytest.raises(StageError, match="fewer than two documents"):
         train_on_pairs(model, pairs[pairs["doc_id"] == pairs["doc_id"].iloc[0]], TRAIN, SEED, "cpu", tmp_path / "out")
+
+
+def train_once(model_dir, training, pairs=None) -> tuple[dict, dict]:
+    model = load_model(model_dir, "cpu")
+    stats = train_on_pairs(model, tiny_pairs()[0] if pairs is None else pairs, training, SEED, "cpu")
+    return model.state_dict(), stats
+
+
+def test_spread_sampler_trains_on_full_batches(tiny_model_dir):
+    """`sampler: spread` reaches the trainer: one step per spread batch, all of them full."""
+    pairs = tiny_pairs()[0]
+    training = dataclasses.replace(TRAIN, epochs=1, sampler="spread")
+    _, stats = train_once(tiny_model_dir, training, pairs)
+    expected = spread_batches(pd.factorize(pairs["doc_id"])[0], TRAIN.batch_size, SEED)
+    assert stats["steps"] == len(expected) > 0 and stats["sampler"] == "spread"
+    assert stats["batches"]["share_full"] == 1.0 and stats["batches"]["min_size"] == TRAIN.batch_size
+    assert stats["pairs_used"] == TRAIN.batch_size * len(expected)
+
+
+def test_precision_on_cpu(tiny_model_dir):
+    """On the CPU `auto` trains exactly as fp32 (the same weights, bit for bit); an explicit bf16 is
+    accepted and used (CPU autocast: the weights end elsewhere); fp16 is refused in one line
+    before any training."""
+    one_epoch = dataclasses.replace(TRAIN, epochs=1)
+    fp32, fp32_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp32"))
+    auto, auto_stats = train_once(tiny_model_dir, one_epoch)
+    bf16, bf16_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="bf16"))
+    assert auto_stats["precision"] == fp32_stats["precision"] == "fp32" and bf16_stats["precision"] == "bf16"
+    assert all(torch.equal(auto[k], fp32[k]) for k in fp32) and auto_stats["train_loss"] == fp32_stats["train_loss"]
+    assert any(not torch.equal(bf16[k], fp32[k]) for k in fp32), "bf16 was asked for but not used"
+    assert bf16[next(iter(bf16))].dtype == torch.float32, "mixed precision keeps fp32 weights"
+    with pytest.raises(StageError, match="^training precision fp16 needs a CUDA device, but the device is cpu"):
+        train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp16"))
+
+
+def test_training_leaves_no_scratch_folder(tiny_model_dir, tmp_path, monkeypatch):
+    """Nothing of the training is in the system temp folder while it trains (a `kill -9` leaves
+    what is there then) nor after it: the trainer's output folder is one that already exists."""
+    from sentence_transformers import SentenceTransformerTrainer
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # recomputed from TMPDIR
+    assert tempfile.gettempdir() == str(scratch)
+    seen_while_training = []
+    train = SentenceTransformerTrainer.train
+
+    def train_and_look(self, *args, **kwargs):
+        seen_while_training.append(sorted(os.listdir(scratch)))
+        return train(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "train", train_and_look)
+    from infocse.training import train_at_length
+
+    model = load_model(tiny_model_dir, "cpu")
+    stats = train_at_length(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1), SEED, "cpu")
+    assert stats["steps"] > 0
+    assert seen_while_training == [[]]
+    assert os.listdir(scratch) == []

@@ -54,7 +54,10 @@ def labelled_pairs(config: Config, documents: pd.DataFrame) -> pd.DataFrame:
     if finetune.source == "fewshot" and documents["title"].notna().sum() == 0:
         return pairs  # a corpus without titles: nothing to fine-tune on, said by the stage
     if len(pairs) < 2:
-        raise StageError(f"{len(pairs)} labelled pair(s) available: fine-tuning needs at least 2 (in-batch negatives)")
+        where = ("the few-shot split has that many documents with a title: raise params `split.fewshot`, or set "
+                 "`finetune.source: file`" if finetune.source == "fewshot" else f"in {finetune.path}")
+        raise StageError(f"{len(pairs)} labelled pair(s) available ({where}): fine-tuning needs at least 2 "
+                         "(in-batch negatives)")
     if finetune.labels is not None and finetune.labels > len(pairs):
         raise StageError(f"params `finetune.labels` is {finetune.labels}, but only {len(pairs)} labelled pairs exist")
     return sample_labels(pairs, finetune.labels, config.seed)

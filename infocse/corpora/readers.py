@@ -38,24 +38,28 @@ def read_bbc_news() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+BOM = "\ufeff"
+
+
 def decode_utf8(raw: bytes, where: str) -> str:
-    """UTF-8 text, or one error naming the line (and column) of the first invalid byte."""
+    """UTF-8 text without a leading byte-order mark, or one error naming the line and column
+    (in characters) of the first invalid byte."""
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as error:
+        line_start = raw.rfind(b"\n", 0, error.start) + 1
         line = raw.count(b"\n", 0, error.start) + 1
-        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        before = raw[line_start:error.start].decode("utf-8")
+        column = len(before.removeprefix(BOM) if line_start == 0 else before) + 1
         raise StageError(f"{where}: invalid UTF-8 on line {line}, column {column} (byte {error.start})") from error
 
 
 def read_jsonl(path: Path) -> pd.DataFrame:
-    """One JSON object per line; empty lines skipped; a UTF-8 byte-order mark is accepted."""
-    rows = []
-    raw = path.read_bytes()
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    for number, line_bytes in enumerate(raw.splitlines(), start=1):
-        line = decode_utf8(line_bytes, f"{path} line {number}").strip()
+    """One JSON object per line (empty lines skipped), indexed by line number. Values keep their
+    JSON types (no float upcast of integer ids next to a null), so the checks can name them."""
+    rows, lines = [], []
+    for number, line in enumerate(decode_utf8(path.read_bytes(), str(path)).split("\n"), start=1):
+        line = line.strip()
         if not line:
             continue
         try:
@@ -65,7 +69,8 @@ def read_jsonl(path: Path) -> pd.DataFrame:
         if not isinstance(row, dict):
             raise StageError(f"{path} line {number}: a JSON {type(row).__name__}, not an object with `id` and `text`")
         rows.append(row)
-    return pd.DataFrame(rows)
+        lines.append(number)
+    return pd.DataFrame(rows, index=pd.Index(lines, name="line"), dtype=object)
 
 
 def read_text_folder(path: Path, title_first_line: bool) -> pd.DataFrame:
@@ -78,15 +83,17 @@ def read_text_folder(path: Path, title_first_line: bool) -> pd.DataFrame:
 
 
 def read_table(path: Path, jsonl: bool) -> pd.DataFrame:
-    """A user's JSONL or Parquet file as a frame, or one clear error."""
+    """A user's JSONL or Parquet file as a frame (index: JSONL line or Parquet row number), or one clear error."""
     if path.is_dir():
         raise StageError(f"{path} is a folder, but the source needs a {'JSONL' if jsonl else 'Parquet'} file")
     if jsonl:
         return read_jsonl(path)
     try:
-        return pd.read_parquet(path)
+        frame = pd.read_parquet(path)
     except Exception as error:
-        raise StageError(f"{path}: not a readable Parquet file ({error})") from error
+        raise StageError(f"{path}: not a readable Parquet file ({' '.join(str(error).split())[:200]})") from error
+    frame.index = pd.RangeIndex(1, len(frame) + 1, name="row")
+    return frame
 
 
 def require_columns(frame: pd.DataFrame, path: Path, columns: tuple[str, ...], hint: str) -> None:
@@ -96,31 +103,34 @@ def require_columns(frame: pd.DataFrame, path: Path, columns: tuple[str, ...], h
 
 
 def _is_missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _describe(value) -> str:
-    return "null" if _is_missing(value) else f"{type(value).__name__} {value!r}"[:80]
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def check_user_columns(frame: pd.DataFrame, path: Path) -> None:
-    """Ids present, distinct and scalar; text a string; title a string or absent."""
-    for row, value in enumerate(frame["id"].tolist()):
-        if _is_missing(value) or not isinstance(value, (str, int)) or isinstance(value, bool):
-            raise StageError(f"{path}: document {row + 1} has id {_describe(value)}: ids must be strings or integers")
-    ids = frame["id"].astype(str)
-    if ids.duplicated().any():
-        raise StageError(f"{path}: duplicate document id {ids[ids.duplicated()].iloc[0]!r}")
-    for doc_id, text in zip(ids, frame["text"].tolist()):
-        if _is_missing(text):
-            raise StageError(f"{path}: document {doc_id!r} has no text")
-        if not isinstance(text, str):
-            raise StageError(f"{path}: document {doc_id!r} has a text of type {type(text).__name__}, not a string")
-    if "title" in frame:
-        for doc_id, title in zip(ids, frame["title"].tolist()):
-            if not _is_missing(title) and not isinstance(title, str):
-                raise StageError(f"{path}: document {doc_id!r} has a title of type {type(title).__name__}, "
-                                 "not a string (leave it out or null for no title)")
+    """Every id present, a string or an integer, and distinct; text and title strings where given
+    (a missing text is reported with the empty ones). Each problem names the line or row."""
+    where = [f"{path} {frame.index.name or 'row'} {index}" for index in frame.index]
+    ids = frame["id"].tolist()
+    for place, value in zip(where, ids):
+        if _is_missing(value):
+            raise StageError(f"{place}: the document has no id (null, NaN or left out): "
+                             "every document needs a distinct string or integer `id`")
+    for place, value in zip(where, ids):
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise StageError(f"{place}: id {value!r} is a {type(value).__name__}: ids must be strings or integers")
+    seen: dict[str, str] = {}
+    for place, doc_id in zip(where, map(str, ids)):
+        if doc_id in seen:
+            raise StageError(f"{place}: duplicate document id {doc_id!r} (also at {seen[doc_id]})")
+        seen[doc_id] = place.removeprefix(f"{path} ")
+    for column, hint in (("text", "give the document's text as a string"),
+                         ("title", "give it as a string, or leave it out or null for no title")):
+        if column not in frame:
+            continue
+        for place, doc_id, value in zip(where, map(str, ids), frame[column].tolist()):
+            if not _is_missing(value) and not isinstance(value, str):
+                raise StageError(f"{place}: document {doc_id!r} has a {column} of type {type(value).__name__}, "
+                                 f"not a string: {hint}")
 
 
 def read_user_corpus(source: str, path: Path, title_first_line: bool) -> pd.DataFrame:
@@ -141,10 +151,10 @@ def read_user_corpus(source: str, path: Path, title_first_line: bool) -> pd.Data
         "doc_id": frame["id"].astype(str),
         "title": frame["title"] if "title" in frame else None,
         "body": frame["text"],
-        "category": frame["category"].fillna("all").astype(str) if "category" in frame else "all",
+        "category": frame["category"].map(lambda c: "all" if _is_missing(c) else str(c)) if "category" in frame else "all",
     })
     documents["title"] = documents["title"].map(lambda t: t.strip() if isinstance(t, str) and t.strip() else None)
-    return documents
+    return documents.reset_index(drop=True)
 
 
 def read_documents(corpus: CorpusConfig) -> pd.DataFrame:
@@ -161,5 +171,5 @@ def read_documents(corpus: CorpusConfig) -> pd.DataFrame:
     documents["body"] = documents["body"].map(lambda b: b.strip() if isinstance(b, str) else "")
     empty = documents.loc[documents["body"] == "", "doc_id"]
     if len(empty):
-        raise StageError(f"{len(empty)} document(s) have no text, e.g. {empty.iloc[0]!r}")
+        raise StageError(f"{len(empty)} document(s) have no text (empty, blank or null), e.g. {empty.iloc[0]!r}")
     return documents

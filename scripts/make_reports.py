@@ -1,0 +1,23 @@
+"""Regenerate every cross-run report from the committed run files, in one command:
+
+    python -m scripts.make_reports
+
+writes reports/comparison.md, reports/convergence.png (scripts/compare_experiments.py) and
+reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py) from
+`results/runs/*.json` alone; the same run files give the same bytes. New runs get there with
+`python -m scripts.export_runs` (after `dvc exp run` experiments; `--workspace NAME` for a
+`dvc repro` in the working tree).
+"""
+
+from __future__ import annotations
+
+from scripts import compare_experiments, compare_fewshot
+
+
+def main() -> None:
+    compare_experiments.main()
+    compare_fewshot.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Encoding precision and batch size (infocse/models.py, embedding.py, retrieval.py, params): the
+switch resolves by device; on CPU `auto` gives the fp32 outputs bit for bit; the half-precision
+path (run here on CPU in bf16 and fp16) gives unit float32 vectors equal to those of a model cast
+by hand, and leaves the model's own weights exactly as they were."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import TOPICS, config_with, tiny_documents
+
+from infocse.embedding import embed_sentences
+from infocse.errors import StageError
+from infocse.models import encode_batch_size, encoding_dtype, load_model, weights_in
+from infocse.retrieval import rank_queries, score_model
+
+SENTENCES = [sentence for sentences in TOPICS.values() for sentence in sentences]
+
+
+def documents_frame() -> pd.DataFrame:
+    """The tiny documents as the prepare stage lays them out, every third one in val, test, fewshot."""
+    rows = [{"doc_id": d["id"], "title": d["title"], "body": d["text"], "category": d["category"],
+             "split": ("val", "test", "fewshot")[i % 3]} for i, d in enumerate(tiny_documents())]
+    return pd.DataFrame(rows)
+
+
+def hand_ranks(query_vectors: np.ndarray, body_vectors: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """0-based rank of each query's gold body, by sorting each query's scores (ties: gold first)."""
+    ranks = []
+    for query, gold_index in zip(query_vectors, gold):
+        scores = body_vectors @ query
+        ranks.append(int(np.sum(scores > scores[gold_index])))
+    return np.array(ranks)
+
+
+def state_of(model) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def assert_same_state(model, before: dict[str, torch.Tensor]) -> None:
+    after = model.state_dict()
+    assert after.keys() == before.keys()
+    for name, tensor in after.items():
+        assert tensor.dtype == before[name].dtype, name
+        assert torch.equal(tensor, before[name]), name
+
+
+# ---------------------------------------------------------------- the switch
+@pytest.mark.parametrize("device, precision, expected", [
+    ("cpu", "auto", None),
+    (torch.device("cpu"), "auto", None),
+    ("cuda", "auto", torch.float16),
+    ("cuda:1", "auto", torch.float16),
+    (torch.device("cuda", 0), "auto", torch.float16),
+    ("mps", "auto", None),
+    ("cpu", "fp32", None),
+    ("cuda", "fp32", None),
+    ("cpu", "bf16", torch.bfloat16),
+    ("cuda:0", "bf16", torch.bfloat16),
+    ("cpu", "fp16", torch.float16),
+])
+def test_encoding_dtype_by_device_and_param(device, precision, expected):
+    assert encoding_dtype(device, precision) is expected
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(StageError, match="fp8"):
+        encoding_dtype("cuda", "fp8")
+
+
+@pytest.mark.parametrize("batch_size, device, expected", [
+    (None, "cpu", 64),  # the batch the pipeline always encoded with on CPU
+    (None, torch.device("cpu"), 64),
+    (None, "cuda", 512),
+    (None, torch.device("cuda", 1), 512),
+    (32, "cuda", 32),
+    (7, "cpu", 7),
+])
+def test_auto_batch_size_by_device(batch_size, device, expected):
+    assert encode_batch_size(batch_size, device) == expected
+
+
+def test_params_accept_auto_batch_size_for_encoding_only():
+    config = config_with({"embed": {"batch_size": "auto"}, "evaluate": {"batch_size": "auto"}})
+    assert config.embed.batch_size is None and config.evaluate.batch_size is None
+    default = config_with({})
+    assert isinstance(default.embed.batch_size, int) and isinstance(default.evaluate.batch_size, int)
+    with pytest.raises(StageError) as raised:
+        config_with({"embed": {"batch_size": "big"}, "evaluate": {"batch_size": 0}, "train": {"batch_size": "auto"}})
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 3
+    assert any("embed.batch_size" in line and '"auto"' in line and "'big'" in line for line in lines)
+    assert any("evaluate.batch_size" in line and '"auto"' in line for line in lines)
+    assert any("train.batch_size" in line and '"auto"' not in line for line in lines)  # a method param: no auto
+
+
+def test_precision_params_are_checked():
+    assert config_with({"embed": {"precision": "bf16"}}).embed.precision == "bf16"
+    with pytest.raises(StageError, match="evaluate.precision"):
+        config_with({"evaluate": {"precision": "half"}})
+
+
+# ---------------------------------------------------------------- CPU: unchanged
+@pytest.mark.parametrize("batch_size", [64, None, 5])
+def test_cpu_auto_embeddings_equal_fp32_bit_for_bit(tiny_model_dir, one_torch_thread, batch_size):
+    model = load_model(tiny_model_dir, "cpu")
+    # what the embed stage ran before precision existed
+    before = model.encode(SENTENCES, batch_size=batch_size or 64, normalize_embeddings=True, convert_to_numpy=True,
+                          show_progress_bar=False).astype(np.float32)
+    for precision in ("auto", "fp32"):
+        now = embed_sentences(model, SENTENCES, batch_size, show_progress_bar=False, precision=precision)
+        assert now.dtype == np.float32 and now.shape == before.shape
+        assert now.tobytes() == before.tobytes()
+
+
+def test_cpu_auto_scoring_equals_fp32(tiny_model_dir, one_torch_thread):
+    model = load_model(tiny_model_dir, "cpu")
+    documents = documents_frame()
+    queries = documents[documents["split"].isin(["val", "test"])]
+    bodies = model.encode(documents["body"].tolist(), batch_size=64, normalize_embeddings=True)
+    titles = model.encode(queries["title"].tolist(), batch_size=64, normalize_embeddings=True)
+    expected = hand_ranks(titles, bodies, queries.index.to_numpy())
+    for batch_size in (64, None):
+        config = config_with({"evaluate": {"batch_size": batch_size or "auto", "precision": "auto"}})
+        _, ranks = score_model(model, documents, config.evaluate)
+        assert ranks["doc_id"].tolist() == queries["doc_id"].tolist()
+        np.testing.assert_array_equal(ranks["rank"].to_numpy(), expected)
+
+
+# ---------------------------------------------------------------- the half-precision path
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_half_precision_embeddings_are_those_of_a_cast_model(tiny_model_dir, one_torch_thread, precision, dtype):
+    model = load_model(tiny_model_dir, "cpu")
+    before = state_of(model)
+    fp32 = embed_sentences(model, SENTENCES, 8, show_progress_bar=False)
+    half = embed_sentences(model, SENTENCES, 8, show_progress_bar=False, precision=precision)
+    assert_same_state(model, before)  # mining or scoring never rounds the model that trains next
+
+    cast = load_model(tiny_model_dir, "cpu").to(dtype)  # the oracle: a separate copy cast by hand
+    raw = cast.encode(SENTENCES, batch_size=8, convert_to_tensor=True).double().numpy()
+    expected = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    assert half.dtype == np.float32 and half.shape == fp32.shape
+    np.testing.assert_allclose(half, expected, atol=2e-7)
+    np.testing.assert_allclose(np.linalg.norm(half, axis=1), 1.0, atol=1e-6)  # normalised in float32
+    assert not np.array_equal(half, fp32)  # it did run in half precision
+    assert (half * fp32).sum(axis=1).min() > 0.99
+
+
+def test_half_precision_scoring_ranks_with_the_cast_model(tiny_model_dir, one_torch_thread):
+    model = load_model(tiny_model_dir, "cpu")
+    documents = documents_frame()
+    queries = documents[documents["split"].isin(["val", "test"])]
+    cast = load_model(tiny_model_dir, "cpu").to(torch.bfloat16)
+
+    def unit(texts):
+        raw = cast.encode(texts, batch_size=4, convert_to_tensor=True).double().numpy()
+        return raw / np.linalg.norm(raw, axis=1, keepdims=True)
+
+    expected = hand_ranks(unit(queries["title"].tolist()), unit(documents["body"].tolist()), queries.index.to_numpy())
+    config = config_with({"evaluate": {"batch_size": 4, "precision": "bf16"}})
+    before = state_of(model)
+    _, ranks = score_model(model, documents, config.evaluate)
+    np.testing.assert_array_equal(ranks["rank"].to_numpy(), expected)
+    np.testing.assert_array_equal(rank_queries(model, documents, 4, "bf16")["rank"].to_numpy(), expected)
+    assert_same_state(model, before)
+
+
+def test_weights_come_back_after_an_error(tiny_model_dir):
+    model = load_model(tiny_model_dir, "cpu")
+    before = state_of(model)
+    with pytest.raises(RuntimeError, match="inside"):
+        with weights_in(model, torch.bfloat16):
+            assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+            raise RuntimeError("inside the block")
+    assert_same_state(model, before)
+    with weights_in(model, None):  # None: nothing is cast
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_overflow_in_half_precision_is_a_clear_error(tiny_model_dir, one_torch_thread):
+    model = load_model(tiny_model_dir, "cpu")
+    with torch.no_grad():
+        model[0].auto_model.embeddings.word_embeddings.weight.mul_(1e8)  # beyond fp16's range (65504)
+    assert np.isfinite(embed_sentences(model, SENTENCES[:4], 4, show_progress_bar=False)).all()
+    with pytest.raises(StageError, match="non-finite embeddings in fp16"):
+        embed_sentences(model, SENTENCES[:4], 4, show_progress_bar=False, precision="fp16")
