@@ -5,7 +5,7 @@
 Synthetic corpus (benchmarks.idc_speed's: random 384-d unit vectors in documents of BBC-like
 sizes), written as the stage's inputs: a sentences.parquet (sentence_id, doc_id, a short text) and
 an embeddings.npy. Each engine runs the whole stage function on those files with the pipeline's
-default IDC and pair budget: local = read the table and the embeddings, `cluster_iteration`;
+default IDC and pair budget: local = read the table and the embeddings, `cluster_sentences`;
 ray = `cluster_with_ray` on a local Ray started with 1 or 2 CPUs (= workers), Ray's start-up
 excluded and a warm-up call first. Reported: sentences/s over all rounds for the whole stage and
 for the clustering alone (`idc_seconds`), and whether ray's pair table equals local's.
@@ -14,6 +14,7 @@ for the clustering alone (`idc_seconds`), and whether ray's pair table equals lo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import platform
 import tempfile
@@ -24,17 +25,22 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.idc_speed import synthetic_corpus
-from stages.cluster import cluster_iteration
-from stages.common import write_parquet
-from stages.ray_engine import Engine, cluster_with_ray, import_ray
+from infocse.config import Budget, Config, EngineConfig, load_config
+from infocse.engines.ray import cluster_with_ray, import_ray
+from infocse.idc import cluster_sentences
+from infocse.io import write_parquet
 
-PARAMS = {"seed": 0, "idc": {"method": "partition", "k": 1},
-          "budget": {"max_pairs_per_document": 20, "max_pairs": 2560}}
+
+def pipeline_config() -> Config:
+    """params.yaml with the pipeline's default IDC (partition, K = 1) and pair budget."""
+    config = load_config()
+    return dataclasses.replace(config, seed=0, budget=Budget(20, 2560),
+                               idc=dataclasses.replace(config.idc, method="partition", k=1))
 
 
 def write_inputs(folder: Path, n_sentences: int) -> tuple[Path, Path]:
     vectors, docs = synthetic_corpus(n_sentences, 384, seed=0)
-    sentences = pd.DataFrame({"sentence_id": [f"s{i}" for i in range(len(docs))],
+    sentences = pd.DataFrame({"sentence_id": np.arange(len(docs), dtype=np.int64),
                               "doc_id": [f"d{code}" for code in docs],
                               "text": [f"sentence {i} of document {code}" for i, code in enumerate(docs)]})
     write_parquet(sentences, folder / "sentences.parquet")
@@ -42,15 +48,16 @@ def write_inputs(folder: Path, n_sentences: int) -> tuple[Path, Path]:
     return folder / "sentences.parquet", folder / "embeddings.npy"
 
 
-def run_local(sentences_path: Path, embeddings_path: Path) -> tuple[pd.DataFrame, float, float]:
+def run_local(config: Config, sentences_path: Path, embeddings_path: Path) -> tuple[pd.DataFrame, float, float]:
     started = time.perf_counter()
-    pairs, stats = cluster_iteration(PARAMS, pd.read_parquet(sentences_path), np.load(embeddings_path))
+    pairs, stats = cluster_sentences(config.idc, config.budget, config.seed, pd.read_parquet(sentences_path),
+                                     np.load(embeddings_path))
     return pairs, time.perf_counter() - started, stats["idc_seconds"]
 
 
-def run_ray(engine: Engine, sentences_path: Path, embeddings_path: Path) -> tuple[pd.DataFrame, float, float]:
+def run_ray(config: Config, sentences_path: Path, embeddings_path: Path) -> tuple[pd.DataFrame, float, float]:
     started = time.perf_counter()
-    pairs, stats = cluster_with_ray(engine, PARAMS, embeddings_path, sentences_path)
+    pairs, stats = cluster_with_ray(config, embeddings_path, sentences_path)
     return pairs, time.perf_counter() - started, stats["idc_seconds"]
 
 
@@ -74,16 +81,18 @@ def main() -> None:
         sentences_path, embeddings_path = write_inputs(Path(folder), args.sentences)
         n = args.sentences
         print(f"synthetic corpus: {n:,} sentences, partitions of <= {args.partition_sentences:,} sentences")
-        reference, *_ = run_local(sentences_path, embeddings_path)
-        local_rate = report("local", n, [run_local(sentences_path, embeddings_path)[1:] for _ in range(args.rounds)])
-        engine = Engine("ray", None, args.partition_sentences, None)
+        config = pipeline_config()
+        reference, *_ = run_local(config, sentences_path, embeddings_path)
+        local_rate = report("local", n, [run_local(config, sentences_path, embeddings_path)[1:]
+                                         for _ in range(args.rounds)])
+        config = dataclasses.replace(config, engine=EngineConfig("ray", None, args.partition_sentences, None))
         for workers in (1, 2):
             ray.init(address="local", num_cpus=workers, include_dashboard=False)
             try:
-                pairs, *_ = run_ray(engine, sentences_path, embeddings_path)  # warm-up: workers, imports
+                pairs, *_ = run_ray(config, sentences_path, embeddings_path)  # warm-up: workers, imports
                 same = pairs.reset_index(drop=True).equals(reference.reset_index(drop=True))
                 rate = report(f"ray, {workers} worker(s)", n,
-                              [run_ray(engine, sentences_path, embeddings_path)[1:] for _ in range(args.rounds)])
+                              [run_ray(config, sentences_path, embeddings_path)[1:] for _ in range(args.rounds)])
             finally:
                 ray.shutdown()
             print(f"  ray {workers}/local stage throughput: {rate / local_rate:.2f}x; same pair table as local: {same}")

@@ -93,11 +93,18 @@ def pair_table_statistics(pairs: pd.DataFrame) -> dict:
             "mean_token_jaccard": float(np.mean(overlap)) if overlap else 0.0}
 
 
-def cluster_statistics(labels: np.ndarray, first: np.ndarray, doc_codes: np.ndarray) -> dict:
-    """IDC's clusters and mined pairs (before the budget): sizes and how concentrated the pairs are."""
+def cluster_statistics(labels: np.ndarray, doc_codes: np.ndarray) -> dict:
+    """IDC's clusters and mined pairs (before the budget): sizes and how concentrated the pairs are,
+    from the cluster sizes alone (a cluster of m sentences, inside one document, has m(m-1)/2 pairs)."""
     sizes = np.bincount(labels)
     clustered = sizes[sizes >= 2]
-    per_doc = np.sort(np.bincount(doc_codes[first], minlength=doc_codes.max() + 1 if len(doc_codes) else 0))[::-1]
+    cluster_pairs = sizes * (sizes - 1) // 2
+    cluster_document = np.zeros(len(sizes), np.int64)
+    cluster_document[labels] = doc_codes
+    documents = int(doc_codes.max()) + 1 if len(doc_codes) else 0
+    per_doc = np.bincount(cluster_document, weights=cluster_pairs, minlength=documents)
+    per_doc = np.sort(per_doc.astype(np.int64))[::-1]
+    mined = int(cluster_pairs.sum())
     top_tenth = per_doc[: max(1, int(np.ceil(len(per_doc) * 0.1)))].sum() if len(per_doc) else 0
     return {
         "sentences": int(len(labels)),
@@ -105,6 +112,6 @@ def cluster_statistics(labels: np.ndarray, first: np.ndarray, doc_codes: np.ndar
         "singletons": int((sizes == 1).sum()),
         "mean_cluster_size": float(clustered.mean()) if len(clustered) else 0.0,
         "max_cluster_size": int(clustered.max()) if len(clustered) else 0,
-        "pairs_mined": int(len(first)),
-        "share_of_pairs_from_top_10pct_documents": float(top_tenth / len(first)) if len(first) else 0.0,
+        "pairs_mined": mined,
+        "share_of_pairs_from_top_10pct_documents": float(top_tenth / mined) if mined else 0.0,
     }

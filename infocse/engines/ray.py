@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from infocse.config import Config, EngineConfig
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
-from infocse.idc import idc_pair_table, partition_idc, rows_in_pairs
+from infocse.idc import cluster_pairs, idc_pair_table, partition_idc
 from infocse.io import atomic_output, save_numpy
 from infocse.models import load_model
 from infocse.pairs import document_offsets
@@ -190,51 +190,48 @@ def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
 
 
 # ---------------------------------------------------------------- cluster
-def mine_partition(batch: dict[str, np.ndarray], sentences_path: str, embeddings_path: str, k: int) -> pa.Table:
-    """Partition IDC of one partition: its component labels (numbered from 0) and its pairs, as
-    rows of the whole corpus."""
+def mine_partition(batch: dict[str, np.ndarray], sentences_path: str, embeddings_path: str, k: int,
+                   block_rows: int) -> pa.Table:
+    """Partition IDC of one partition: its component labels, numbered from 0 (the pairs follow
+    from the labels, once all partitions are in)."""
     (index,), (start,), (stop,) = batch["partition"], batch["start"], batch["stop"]
     doc_ids = read_rows(sentences_path, int(start), int(stop), ["doc_id"]).column("doc_id").to_pandas()
     embeddings = np.array(np.load(embeddings_path, mmap_mode="r")[start:stop])  # this partition only, in memory
-    labels, first, second = partition_idc(embeddings, pd.factorize(doc_ids, sort=False)[0], k)
-    column = pa.large_list(pa.int64())
-    return pa.table({"partition": [int(index)], "labels": pa.array([labels], column),
-                     "first": pa.array([first + start], column), "second": pa.array([second + start], column)})
+    labels = partition_idc(embeddings, pd.factorize(doc_ids, sort=False)[0], k, block_rows)
+    return pa.table({"partition": [int(index)], "labels": pa.array([labels], pa.large_list(pa.int64()))})
 
 
-def gather_partitions(results, partitions: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The local engine's (labels, first, second) from per-partition results in any order: components
-    are numbered by their lowest row (scipy's order), and no edge crosses partitions, so each
-    partition's labels shift by the number of components before it; pairs concatenate in row order."""
-    found: dict[int, tuple] = {}
+def gather_partitions(results, partitions: int) -> np.ndarray:
+    """The local engine's labels from per-partition results in any order: components are numbered
+    by their lowest row (scipy's order), and no edge crosses partitions, so each partition's labels
+    shift by the number of components before it."""
+    found: dict[int, np.ndarray] = {}
     for table in results.iter_batches(batch_size=None, batch_format="pyarrow"):
         for row in range(table.num_rows):
             index = table.column("partition")[row].as_py()
             if index in found:
                 raise StageError(f"the ray engine returned partition {index} twice")
-            found[index] = tuple(table.column(name)[row].values.to_numpy() for name in ("labels", "first", "second"))
+            found[index] = table.column("labels")[row].values.to_numpy()
     if sorted(found) != list(range(partitions)):
         raise StageError(f"the ray engine lost {partitions - len(found)} partition(s)")
-    labels, firsts, seconds, shift = [], [], [], 0
+    labels, shift = [np.empty(0, np.int64)], 0
     for index in range(partitions):
-        part_labels, first, second = found.pop(index)
+        part_labels = found.pop(index)
         labels.append(part_labels + shift)
         shift += int(part_labels.max()) + 1 if len(part_labels) else 0
-        firsts.append(first)
-        seconds.append(second)
-    return tuple(np.concatenate([np.empty(0, np.int64), *parts]) for parts in (labels, firsts, seconds))
+    return np.concatenate(labels)
 
 
 def cluster_with_ray(config: Config, embeddings_path: Path | str,
                      sentences_path: Path | str = SENTENCES,
                      miner: Callable = mine_partition) -> tuple[pd.DataFrame, dict]:
     """The local engine's pair table and statistics (`infocse.idc.cluster_sentences`), mined partition by
-    partition; the pair budget is then applied to all pairs at once, exactly as locally.
+    partition; the kept pairs then follow from all labels at once, exactly as locally.
     `miner` is the per-partition function (a parameter so a test can make it fail once)."""
     if config.idc.method == "kmeans":
         raise StageError("`idc.method: kmeans` fits one K-means over all sentences at once, so it runs on "
                          "the local engine only: set `engine.name: local`")
-    engine, k, seed = config.engine, config.idc.k, config.seed
+    engine, seed = config.engine, config.seed
     doc_codes = document_codes(sentences_path)
     embeddings = np.load(embeddings_path, mmap_mode="r")
     if len(embeddings) != len(doc_codes):
@@ -245,12 +242,14 @@ def cluster_with_ray(config: Config, embeddings_path: Path | str,
         started = time.perf_counter()
         results = map_partitions(partition_dataset(ray, bounds), miner,
                                  fn_kwargs={"sentences_path": str(Path(sentences_path).resolve()),
-                                            "embeddings_path": str(Path(embeddings_path).resolve()), "k": k},
+                                            "embeddings_path": str(Path(embeddings_path).resolve()),
+                                            "k": config.idc.k, "block_rows": config.idc.block_rows},
                                  max_retries=RETRIES, retry_exceptions=True)
-        labels, first, second = gather_partitions(results, len(bounds) - 1)
+        labels = gather_partitions(results, len(bounds) - 1)
+    first, second = cluster_pairs(labels, doc_codes, config.budget, seed)
     seconds = time.perf_counter() - started
-    rows = rows_in_pairs(first, second, doc_codes, config.budget, seed)
+    rows = np.unique(np.r_[first, second])
     subset = take_rows(sentences_path, rows, ["sentence_id", "doc_id", "text"])
-    pairs, stats = idc_pair_table(subset, labels, first, second, doc_codes, config.budget, seed, rows=rows)
+    pairs, stats = idc_pair_table(subset, labels, first, second, doc_codes, rows=rows)
     stats.update({"idc_seconds": seconds, "partitions": len(bounds) - 1})
     return pairs, stats
