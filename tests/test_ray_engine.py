@@ -21,7 +21,7 @@ from infocse.corpora.sentences import build_sentence_table
 from infocse.embedding import embed_sentences
 from infocse.engines.ray import (
     cluster_with_ray,
-    document_codes,
+    sentence_document_codes,
     import_ray,
     mine_partition,
     plan_partitions,
@@ -114,7 +114,7 @@ def test_kmeans_is_refused_on_ray(corpus):
 
 # ---------------------------------------------------------------- partitions
 def test_partitions_are_whole_documents(corpus):
-    doc_codes = document_codes(corpus["sentences"])
+    doc_codes = sentence_document_codes(corpus["sentences"])
     for size in (1, 4, 10, 1000):
         bounds = plan_partitions(doc_codes, size)
         assert bounds[0] == 0 and bounds[-1] == len(doc_codes) and np.all(np.diff(bounds) > 0)

@@ -28,7 +28,7 @@ from infocse.errors import StageError
 from infocse.idc import cluster_pairs, idc_pair_table, partition_idc
 from infocse.io import atomic_output, save_numpy
 from infocse.models import load_model
-from infocse.pairs import document_offsets
+from infocse.pairs import document_codes, document_offsets
 from infocse.paths import SENTENCES
 
 RAY_VERSION = "2.60.0"  # the pin of requirements-ray.txt
@@ -74,10 +74,9 @@ def map_partitions(dataset, fn, **options):
 
 
 # ---------------------------------------------------------------- partitions of the sentence table
-def document_codes(sentences_path: Path | str) -> np.ndarray:
+def sentence_document_codes(sentences_path: Path | str) -> np.ndarray:
     """The document of each sentence row, numbered as the local engine numbers them (doc_id only is read)."""
-    doc_ids = pq.read_table(sentences_path, columns=["doc_id"]).column("doc_id").to_pandas()
-    return pd.factorize(doc_ids, sort=False)[0]
+    return document_codes(pq.read_table(sentences_path, columns=["doc_id"]).column("doc_id").to_pandas())
 
 
 def plan_partitions(doc_codes: np.ndarray, size: int) -> np.ndarray:
@@ -159,7 +158,7 @@ def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
     """Write the local engine's embeddings.npy (same rows, same order) from a pool of model actors,
     filling the output file partition by partition as results arrive; returns the sentence count."""
     engine = config.engine
-    doc_codes = document_codes(sentences_path)
+    doc_codes = sentence_document_codes(sentences_path)
     bounds = plan_partitions(doc_codes, engine.partition_sentences)
     if len(doc_codes) == 0:
         save_numpy(np.empty((0, 0), np.float32), dest)
@@ -197,7 +196,7 @@ def mine_partition(batch: dict[str, np.ndarray], sentences_path: str, embeddings
     (index,), (start,), (stop,) = batch["partition"], batch["start"], batch["stop"]
     doc_ids = read_rows(sentences_path, int(start), int(stop), ["doc_id"]).column("doc_id").to_pandas()
     embeddings = np.array(np.load(embeddings_path, mmap_mode="r")[start:stop])  # this partition only, in memory
-    labels = partition_idc(embeddings, pd.factorize(doc_ids, sort=False)[0], k, block_rows)
+    labels = partition_idc(embeddings, document_codes(doc_ids), k, block_rows)
     return pa.table({"partition": [int(index)], "labels": pa.array([labels], pa.large_list(pa.int64()))})
 
 
@@ -232,7 +231,7 @@ def cluster_with_ray(config: Config, embeddings_path: Path | str,
         raise StageError("`idc.method: kmeans` fits one K-means over all sentences at once, so it runs on "
                          "the local engine only: set `engine.name: local`")
     engine, seed = config.engine, config.seed
-    doc_codes = document_codes(sentences_path)
+    doc_codes = sentence_document_codes(sentences_path)
     embeddings = np.load(embeddings_path, mmap_mode="r")
     if len(embeddings) != len(doc_codes):
         raise StageError(f"{len(embeddings)} embeddings for {len(doc_codes)} sentences: re-run the embed stage")
