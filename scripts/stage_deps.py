@@ -47,13 +47,17 @@ def imports_of(path: Path, repo: Path = REPO) -> set[Path]:
     return found
 
 
-def import_closure(entry: Path, repo: Path = REPO) -> set[Path]:
+def import_closure(entry: Path, repo: Path = REPO, parsed: dict[Path, set[Path]] | None = None) -> set[Path]:
+    """Every first-party file `entry` reaches; `parsed` memoises `imports_of` across calls."""
+    parsed = {} if parsed is None else parsed
     seen, todo = set(), [entry]
     while todo:
         file = todo.pop()
         if file not in seen:
             seen.add(file)
-            todo.extend(imports_of(file, repo) - seen)
+            if file not in parsed:
+                parsed[file] = imports_of(file, repo)
+            todo.extend(parsed[file] - seen)
     return {file for file in seen if file.stat().st_size}  # an empty __init__.py is no code
 
 
@@ -66,14 +70,14 @@ def entry_module(cmd: str) -> str | None:
 def stage_code_deps(repo: Path = REPO) -> dict[str, tuple[list[str], list[str]]]:
     """{stage: (code files it imports, code files dvc.yaml lists)} as repo-relative paths."""
     spec = yaml.safe_load((repo / "dvc.yaml").read_text())
-    result = {}
+    result, parsed = {}, {}  # one parse per file for all stages
     for name, stage in spec["stages"].items():
         body = stage.get("do", stage)
         module = entry_module(str(body["cmd"]))
         entry = module_file(module, repo) if module else None
         if entry is None:
             continue
-        needed = sorted(file.relative_to(repo).as_posix() for file in import_closure(entry, repo))
+        needed = sorted(file.relative_to(repo).as_posix() for file in import_closure(entry, repo, parsed))
         listed = sorted(dep for dep in (d if isinstance(d, str) else next(iter(d)) for d in body.get("deps", []))
                         if dep.endswith(".py"))
         result[name] = (needed, listed)
