@@ -65,15 +65,16 @@ for corpus in "${corpora[@]}"; do
     queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
   fi
   if [[ "$set_name" == sweep || "$set_name" == all ]]; then
-    for budget in default all10 all20 all40; do
-      read -r per_document max_pairs <<< "${budgets[$budget]}"
-      suffix="-$budget"
-      if [[ "$budget" == default ]]; then
-        [[ "$set_name" == all ]] && continue  # queued above as the main set's runs
-        suffix=""
-      fi
-      limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
-      for seed in "${seeds[@]}"; do
+    # seed-major order: a queue stopped part-way still holds every budget at the first seeds
+    for seed in "${seeds[@]}"; do
+      for budget in all20 default all10 all40; do
+        read -r per_document max_pairs <<< "${budgets[$budget]}"
+        suffix="-$budget"
+        if [[ "$budget" == default ]]; then
+          [[ "$set_name" == all ]] && continue  # queued above as the main set's runs
+          suffix=""
+        fi
+        limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
         queue "$short-infocse$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}"
         queue "$short-conpono$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" \
           "init.method=conpono" "loop.max_iterations=0"
