@@ -1,0 +1,22 @@
+"""The committed cross-run reports are exactly what the committed run files give: a clone that runs
+`python -m scripts.make_reports` gets the same bytes, so no report holds a number without its run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from scripts import make_reports
+
+REPO = Path(__file__).resolve().parents[1]
+GENERATED = ("reports/comparison.md", "reports/convergence.png", "reports/fewshot.md", "reports/plusplus_rounds.png")
+
+
+def test_make_reports_regenerates_the_committed_reports_byte_for_byte(tmp_path, monkeypatch):
+    if (REPO / "results/runs").is_dir():  # none before the first run is exported
+        shutil.copytree(REPO / "results/runs", tmp_path / "results/runs")
+    monkeypatch.chdir(tmp_path)
+    make_reports.main()
+    differing = [name for name in GENERATED if (tmp_path / name).read_bytes() != (REPO / name).read_bytes()]
+    assert not differing, (f"{differing} differ from what results/runs/ gives: run `python -m scripts.make_reports` "
+                           "and commit the reports with their run files")
