@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,28 @@ def tiny_corpus_jsonl(tmp_path) -> Path:
     path = tmp_path / "corpus.jsonl"
     path.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()), encoding="utf-8")
     return path
+
+
+# ---------------------------------------------------------------- the tiny end-to-end project
+@pytest.fixture(scope="module")
+def built_project(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[str]]:
+    """One full tiny run per test module that asks for it; tests copy it and change one thing."""
+    from pipeline_helpers import make_project, repro
+    from pipeline_project import tiny_overrides
+
+    root = tmp_path_factory.mktemp("pipeline")
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()))
+    labels = root / "labels.jsonl"
+    labels.write_text("".join(json.dumps({"query": f"about {d['category']}", "positive": d["text"]}) + "\n"
+                              for d in tiny_documents()[::2]))
+    project = make_project(root / "project", tiny_overrides(tiny_model_dir, corpus, labels))
+    ran, _ = repro(project)
+    return project, ran
+
+
+@pytest.fixture()
+def project(built_project, tmp_path) -> Path:
+    copy = tmp_path / "project"
+    shutil.copytree(built_project[0], copy, symlinks=True)
+    return copy

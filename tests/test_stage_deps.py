@@ -26,7 +26,7 @@ CODE_ROOTS = ("infocse", "stages", "scripts")
 def module_path(name: str, repo: Path) -> str | None:
     """Repo-relative file of a first-party module (a module file, else a package's __init__.py)."""
     parts = name.split(".")
-    if not parts[0] in CODE_ROOTS:
+    if parts[0] not in CODE_ROOTS:
         return None
     for candidate in (Path(*parts).with_suffix(".py"), Path(*parts, "__init__.py")):
         if (repo / candidate).is_file():
