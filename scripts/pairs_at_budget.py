@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 
 from infocse.config import load_config
-from infocse.idc import partition_idc
+from infocse.idc import ClusterPairs, partition_idc
 from infocse.paths import SENTENCES
-from infocse.pairs import checked_document_codes
+from infocse.pairs import checked_document_codes, document_offsets
 
 
-def pairs_per_document(labels: np.ndarray, doc_codes: np.ndarray) -> pd.Series:
-    sizes = pd.DataFrame({"document": doc_codes, "cluster": labels}).groupby(["document", "cluster"]).size()
-    return (sizes * (sizes - 1) // 2).groupby(level="document").sum()
+def pairs_per_document(labels: np.ndarray, doc_codes: np.ndarray) -> np.ndarray:
+    """IDC's own count (the run of pair numbers each document has before the budget)."""
+    return ClusterPairs(labels).per_document(document_offsets(doc_codes))
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from scripts.pairs_at_budget import pairs_per_document
 def test_pairs_per_document_on_a_hand_worked_table():
     doc_codes = np.array([0, 0, 0, 0, 1, 1, 1, 2])
     labels = np.array([0, 0, 0, 1, 2, 2, 3, 4])  # doc 0: a cluster of 3 and a singleton; doc 1: 2 + 1; doc 2: 1
-    assert pairs_per_document(labels, doc_codes).to_dict() == {0: 3, 1: 1, 2: 0}
+    assert pairs_per_document(labels, doc_codes).tolist() == [3, 1, 0]
 
 
 def test_pairs_per_document_matches_the_pairs_idc_builds():
