@@ -5,8 +5,10 @@ is among i's top-K or i among j's (self excluded, ties to the earlier sentence);
 connected components; positives = every unordered pair inside a cluster, once.
 
 What keeps it fast and its memory bounded: documents of one size are stacked into one batched
-matmul, and a document longer than `idc.block_rows` goes in blocks of rows against the whole
-document, so at most `block_rows` similarity rows exist at once. Each row keeps its top K by
+matmul (in chunks of at most BMM_ROWS rows of each document, the shape torch's CPU kernel runs
+fastest), and a document longer than `idc.block_rows` goes in blocks of rows against the whole
+document; the blocks and batches are spread over torch's threads, so at most about `block_rows`
+similarity rows exist at once. Each row keeps its top K by
 partial selection (repeated argmax, or topk with a full sort only for rows tied at the K-th
 place). All neighbours go through one sparse connected-components call. The pairs of a cluster
 are never all built when the budget caps them: they come in a known order, so the budget's
@@ -20,7 +22,9 @@ document that share a global cluster form that document's cluster.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -37,6 +41,7 @@ from infocse.pairs import cluster_statistics, document_codes, document_offsets, 
 ARGMAX_ROUNDS = 4  # top-K by repeated argmax up to this K (cheaper than topk there), by topk beyond
 KEY_CHUNK = 1 << 20  # budget keys drawn at once (8 MB, which malloc reuses): bounds memory, never the result
 GRID_ENTRIES = 1 << 22  # candidate keys ranked at once
+BMM_ROWS = 15  # rows of one document multiplied at once: torch's CPU bmm is 2-3x slower per flop from 16 rows up
 
 
 # ---------------------------------------------------------------- the top-K graph
@@ -64,15 +69,23 @@ def top_columns(similarity: np.ndarray, keep: int) -> np.ndarray:
 def top_k_neighbours(embeddings: np.ndarray, offsets: np.ndarray, k: int, block_rows: int) -> np.ndarray:
     """(sentences, k): each sentence's k most similar other sentences of its document (self
     excluded, ties to the earlier sentence); where a document has fewer than k other sentences,
-    the row is padded with the sentence itself. At most `block_rows` similarity rows at once
-    (one row if a document is longer), so memory is O(block_rows x longest document)."""
+    the row is padded with the sentence itself. Documents up to `block_rows` sentences go whole,
+    stacked by size; longer ones in blocks of rows against the whole document. The work is split
+    into tasks of about `block_rows / threads` similarity rows, run on torch's thread count, so
+    memory is O(block_rows x longest document) and the result the same for any thread count."""
     if k < 1:
         raise StageError(f"K must be >= 1, got {k}")
     if block_rows < 1:
         raise StageError(f"block_rows must be >= 1, got {block_rows}")
     vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
     neighbours = np.repeat(np.arange(len(vectors), dtype=np.int64)[:, None], k, axis=1)
+    threads = torch.get_num_threads()
+    task_rows = max(1, block_rows // threads)
     sizes = np.diff(offsets)
+    longest = int(sizes.max(initial=0))
+    # one flat similarity block per thread that runs a long document's rows, allocated on first use
+    blocks = defaultdict(lambda: torch.empty(task_rows * longest, dtype=torch.float32))
+    tasks = []
     for size in np.unique(sizes[sizes >= 2]).tolist():
         docs = np.flatnonzero(sizes == size)
         keep = min(k, size - 1)
@@ -81,25 +94,48 @@ def top_k_neighbours(embeddings: np.ndarray, offsets: np.ndarray, k: int, block_
             others = np.array([[j for j in range(size) if j != i] for i in range(size)], dtype=np.int64)
             neighbours[rows.ravel(), :keep] = rows[:, others].reshape(-1, keep)
         elif size <= block_rows:  # whole documents of this size, stacked
-            per_batch = max(1, block_rows // size)
-            for batch in range(0, len(docs), per_batch):
-                rows = offsets[docs[batch:batch + per_batch], None] + np.arange(size)  # (B, n)
-                stacked = torch.from_numpy(vectors.take(rows.ravel(), axis=0).reshape(len(rows), size, -1))
-                similarity = torch.bmm(stacked, stacked.transpose(1, 2))
-                similarity.diagonal(dim1=1, dim2=2).fill_(-torch.inf)
-                chosen = top_columns(similarity.view(-1, size).numpy(), keep).reshape(len(rows), -1)
-                neighbours[rows.ravel(), :keep] = np.take_along_axis(rows, chosen, axis=1).reshape(-1, keep)
-        else:  # one long document at a time, a block of rows against all of it
-            block = torch.empty(block_rows, size, dtype=torch.float32)  # reused: a fresh one per block costs its page faults
-            for start in offsets[docs].tolist():
-                members = torch.from_numpy(vectors[start:start + size])
-                for first in range(0, size, block_rows):
-                    last = min(size, first + block_rows)
-                    similarity = torch.mm(members[first:last], members.T, out=block[:last - first]).numpy()
-                    similarity[np.arange(last - first), np.arange(first, last)] = -np.inf
-                    neighbours[start + first:start + last, :keep] = start + top_columns(similarity, keep)
-            del block
+            per_batch = max(1, task_rows // size)
+            tasks += [(neighbours_of_documents, offsets[docs[batch:batch + per_batch], None] + np.arange(size), keep)
+                      for batch in range(0, len(docs), per_batch)]
+        else:  # a long document, a block of rows against all of it
+            tasks += [(neighbours_of_rows, start, size, first, min(size, first + task_rows), keep, blocks)
+                      for start in offsets[docs].tolist() for first in range(0, size, task_rows)]
+    if threads == 1 or len(tasks) <= 1:
+        for task in tasks:
+            task[0](vectors, neighbours, *task[1:])
+    else:  # each task's torch work on its own thread: numpy and torch release the GIL
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(lambda task: task[0](vectors, neighbours, *task[1:]), tasks))
+        finally:
+            torch.set_num_threads(threads)
     return neighbours
+
+
+def neighbours_of_documents(vectors: np.ndarray, neighbours: np.ndarray, rows: np.ndarray, keep: int) -> None:
+    """The top `keep` of each row of `rows` (documents of one size, (documents, size)), in place.
+    The rows of each document go in chunks of at most BMM_ROWS against the whole document."""
+    count, size = rows.shape
+    stacked = torch.from_numpy(vectors.take(rows.ravel(), axis=0).reshape(count, size, -1))
+    chunks = -(-size // BMM_ROWS)
+    bounds = np.linspace(0, size, chunks + 1).round().astype(int).tolist()
+    for low, high in zip(bounds[:-1], bounds[1:]):
+        similarity = torch.bmm(stacked[:, low:high], stacked.transpose(1, 2))  # (count, high - low, size)
+        similarity.diagonal(offset=low, dim1=1, dim2=2).fill_(-torch.inf)
+        chosen = top_columns(similarity.view(-1, size).numpy(), keep).reshape(count, -1)
+        neighbours[rows[:, low:high].ravel(), :keep] = np.take_along_axis(rows, chosen, axis=1).reshape(-1, keep)
+
+
+def neighbours_of_rows(vectors: np.ndarray, neighbours: np.ndarray, start: int, size: int, first: int, last: int,
+                       keep: int, blocks: dict) -> None:
+    """The top `keep` of rows first..last-1 of the document of `size` rows at `start`, in place.
+    `blocks` holds one flat buffer per thread, reused: a fresh block each time costs its page faults."""
+    members = torch.from_numpy(vectors[start:start + size])
+    block = blocks[threading.get_ident()][:(last - first) * size].view(last - first, size)
+    similarity = torch.mm(members[first:last], members.T, out=block).numpy()
+    similarity[np.arange(last - first), np.arange(first, last)] = -np.inf
+    neighbours[start + first:start + last, :keep] = start + top_columns(similarity, keep)
 
 
 def cluster_labels(neighbours: np.ndarray) -> np.ndarray:

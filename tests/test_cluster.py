@@ -146,11 +146,24 @@ def cluster_labels_by_lowest_row(labels: np.ndarray) -> list[int]:
     return [seen.setdefault(label, len(seen)) for label in labels.tolist()]
 
 
+@pytest.fixture(params=[1, 3], ids=lambda threads: f"{threads}-threads")
+def torch_threads(request):
+    """IDC split over this many threads (torch's count), restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    assert torch.get_num_threads() == request.param, "IDC left torch's thread count changed"
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("block_rows", [1, 5, 4096])
 @pytest.mark.parametrize("k", [1, 2, 3, 7])
-def test_top_k_neighbours_match_oracle_directed_edges(k, block_rows):
-    """The directed top-k edges equal the oracle's, one sentence at a time, for any block size."""
-    embeddings, doc_codes = random_corpus(7, [1, 2, 3, 4, 9, 17, 30, 5, 1, 12])
+def test_top_k_neighbours_match_oracle_directed_edges(k, block_rows, torch_threads):
+    """The directed top-k edges equal the oracle's, one sentence at a time, for any block size and
+    thread count (documents of 17 and 30 sentences are multiplied in chunks of rows)."""
+    embeddings, doc_codes = random_corpus(7, [1, 2, 3, 4, 9, 17, 30, 5, 1, 12, 16, 46])
     edges = directed_edges(embeddings, doc_codes, k, block_rows)
     assert len(edges) == len(set(edges))
     assert set(edges) == oracle_edges(embeddings, doc_codes, k)
@@ -172,8 +185,9 @@ def test_k_at_least_document_size_minus_one_gives_one_cluster_per_document(k):
     assert len(first) == sum(s * (s - 1) // 2 for s in sizes)
 
 
-def test_block_rows_never_change_the_clusters():
-    """Long documents cut into blocks of 1, 2, 5, 64 rows give the labels of whole documents."""
+def test_block_rows_never_change_the_clusters(torch_threads):
+    """Long documents cut into blocks of 1, 2, 5, 64 rows give the labels of whole documents, on
+    one thread or several."""
     embeddings, doc_codes = random_corpus(21, [200, 3, 70, 1, 129, 40], dim=16)
     expected = partition_idc(embeddings, doc_codes, 2, 4096)
     for block_rows in (1, 2, 5, 64):
