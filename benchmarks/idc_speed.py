@@ -15,7 +15,8 @@ Every case runs in its own subprocess, with its thread count fixed before numpy 
   as the stage/plain ratio: clustering (embeddings -> labels); clustering and every mined pair
   (what both build when nothing caps the pairs); and clustering and the pairs the default budget
   keeps (stage: pairs streamed under the cap; plain: all pairs, then `cap_pairs`). The two
-  versions' labels and pairs are compared. With `--before FILE` (an earlier infocse/idc.py, e.g.
+  versions' labels and pairs are compared, and where their top-K neighbour sets differ, for how
+  many sentences and by how much (float64 similarity sums). With `--before FILE` (an earlier infocse/idc.py, e.g.
   `git show 94f79c0:infocse/idc.py > /tmp/idc_before.py`), its `partition_idc(embeddings,
   doc_codes, k)` -> (labels, first, second) is timed beside them too, and its pairs compared.
 - long (sentences, version): one document of that many sentences, K=3, two threads, default
@@ -61,6 +62,16 @@ def plain_labels(embeddings, doc_codes, k: int):
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
+    sources, targets = plain_edges(embeddings, doc_codes, k)
+    n = len(doc_codes)
+    graph = coo_matrix((np.ones(len(sources), np.int8), (sources, targets)), shape=(n, n))
+    return connected_components(graph, directed=False)[1].astype(np.int64)
+
+
+def plain_edges(embeddings, doc_codes, k: int):
+    """The plain version's directed top-K edges (source, target), each source's `keep` in a row."""
+    import numpy as np
+
     starts = np.flatnonzero(np.r_[True, doc_codes[1:] != doc_codes[:-1]])
     offsets = np.r_[starts, len(doc_codes)]
     sizes = np.diff(offsets)
@@ -77,10 +88,30 @@ def plain_labels(embeddings, doc_codes, k: int):
             top = np.argpartition(similarity, size - keep, axis=2)[:, :, size - keep:]
             sources.append(np.repeat(rows, keep, axis=1).ravel())
             targets.append(np.take_along_axis(rows, top.reshape(len(rows), -1), axis=1).ravel())
-    sources, targets = np.concatenate(sources), np.concatenate(targets)
-    n = len(doc_codes)
-    graph = coo_matrix((np.ones(len(sources), np.int8), (sources, targets)), shape=(n, n))
-    return connected_components(graph, directed=False)[1].astype(np.int64)
+    return np.concatenate(sources), np.concatenate(targets)
+
+
+def neighbour_disagreement(embeddings, doc_codes, k: int) -> dict:
+    """Where the stage's top-K neighbour sets differ from the plain version's: how many sentences,
+    and the largest float64 gap between the similarity sums of the two sets (a difference of
+    float32 rounding between near-equal similarities is below ~1e-6)."""
+    import numpy as np
+
+    from infocse.idc import top_k_neighbours
+    from infocse.pairs import document_offsets
+
+    stage = top_k_neighbours(embeddings, document_offsets(doc_codes), k, BLOCK_ROWS)
+    plain = np.repeat(np.arange(len(doc_codes))[:, None], k, axis=1)
+    sources, targets = plain_edges(embeddings, doc_codes, k)
+    ends = np.r_[np.flatnonzero(np.diff(sources)) + 1, len(sources)]
+    starts = np.r_[0, ends[:-1]]
+    for keep in np.unique(ends - starts).tolist():  # fill each source's row with its `keep` targets
+        runs = np.flatnonzero(ends - starts == keep)
+        plain[sources[starts[runs]], :keep] = targets[starts[runs, None] + np.arange(keep)]
+    differ = np.flatnonzero((np.sort(stage, axis=1) != np.sort(plain, axis=1)).any(axis=1))
+    vectors = embeddings[differ].astype(np.float64)
+    sums = [np.einsum("nd,nkd->n", vectors, embeddings[chosen[differ]].astype(np.float64)) for chosen in (stage, plain)]
+    return {"sentences": int(len(differ)), "largest_gap": float(np.abs(sums[0] - sums[1]).max(initial=0.0))}
 
 
 def plain_pairs(labels):
@@ -158,7 +189,8 @@ def corpus_case(sentences: int, k: int, repeats: int, before: str | None = None)
     plain_first, plain_second = plain_pairs(plain)
     kept = cap_pairs(docs[plain_first], budget, 0)
     capped_first, capped_second = cluster_pairs(labels, docs, budget, 0)
-    same = {"labels": bool(np.array_equal(labels, plain)),
+    same = {"neighbours_differ": neighbour_disagreement(vectors, docs, k),
+            "labels": bool(np.array_equal(labels, plain)),
             "pairs": bool(np.array_equal(first, plain_first) and np.array_equal(second, plain_second)),
             "capped_pairs": bool(np.array_equal(capped_first, plain_first[kept])
                                  and np.array_equal(capped_second, plain_second[kept]))}
