@@ -26,7 +26,8 @@ import pandas as pd
 
 from benchmarks.idc_speed import synthetic_corpus
 from infocse.config import Budget, Config, EngineConfig, load_config
-from infocse.engines.ray import cluster_with_ray, import_ray
+from infocse.engines.ray import import_ray
+from infocse.engines.ray_cluster import cluster_with_ray
 from infocse.idc import cluster_sentences
 from infocse.io import write_parquet
 

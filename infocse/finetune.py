@@ -9,8 +9,8 @@ from __future__ import annotations
 import pandas as pd
 
 from infocse.config import Config
-from infocse.loop import scored
 from infocse.models import sequence_length
+from infocse.retrieval import scored
 from infocse.training import train_on_pairs
 
 

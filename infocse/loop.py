@@ -1,9 +1,5 @@
-"""The InfoCSE loop: early stopping on validation, which iterations do work, and the loop itself.
-
-The DVC pipeline runs one stage per step (embed@t, cluster@t, train@t, evaluate@t); evaluate@t
-calls `next_state` and writes whether t+1 runs, and every later step reads it with
-`iteration_is_active`. InfoCSE++ runs the same loop in one process with `run_loop`. Both use the
-same state, so they stop and select alike: on the validation metric only, never on test.
+"""The InfoCSE loop in one process (InfoCSE++): embed -> IDC -> train -> score, early-stopped
+on validation by the same state as the staged pipeline (infocse/stopping.py).
 """
 
 from __future__ import annotations
@@ -16,47 +12,10 @@ from infocse.config import Config, LoopConfig
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
 from infocse.idc import cluster_sentences
-from infocse.io import read_json
 from infocse.models import sequence_length
-from infocse.paths import IterationPaths
-from infocse.retrieval import score_model
+from infocse.retrieval import scored
+from infocse.stopping import next_state
 from infocse.training import train_at_length
-
-
-def next_state(previous: dict | None, t: int, score: float | None, patience: int,
-               max_iterations: int | None = None) -> dict:
-    """Best iteration so far by the validation `score`, iterations since it last improved, and
-    whether the next iteration runs (fewer than `patience` iterations without a gain, and fewer
-    than `max_iterations` done). A None score (no val queries) never counts as a gain."""
-    if previous is None or previous.get("best_score") is None or (score is not None and score > previous["best_score"]):
-        best = {"best_iteration": t, "best_score": score, "since_best": 0}
-    else:
-        best = {"best_iteration": previous["best_iteration"], "best_score": previous["best_score"],
-                "since_best": previous["since_best"] + 1}
-    within_limit = max_iterations is None or t < max_iterations
-    return {**best, "continue": best["since_best"] < patience and within_limit}
-
-
-def stopped_state(previous: dict) -> dict:
-    """An iteration after the stop: keeps the best so far, and stops every later one."""
-    return {"best_iteration": previous["best_iteration"], "best_score": previous["best_score"],
-            "since_best": previous["since_best"], "continue": False}
-
-
-def iteration_is_active(config: Config, t: int) -> bool:
-    """Iteration t does work unless the loop stopped after t-1 (evaluate@t-1 decided it: early
-    stopping, or `loop.max_iterations` reached)."""
-    if t == 0:
-        return True
-    if t not in config.iterations:
-        raise StageError(f"iteration {t} is not in params `iterations`")
-    return bool(read_json(IterationPaths(t - 1).continue_flag)["continue"])
-
-
-def scored(model, documents: pd.DataFrame, config: Config) -> dict:
-    """Val and test metrics at the evaluation length; the model keeps its own length afterwards."""
-    with sequence_length(model, config.evaluate.max_seq_length):
-        return score_model(model, documents, config.evaluate)[0]
 
 
 def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataFrame, device: str,

@@ -13,23 +13,8 @@ import pandas as pd
 
 from infocse.config import Config
 from infocse.finetune import finetune_and_score
-from infocse.loop import next_state, run_loop
-
-
-def round_names(config: Config) -> dict[int, str]:
-    """{round: its fine-tuned model's name}: round 1 is finetune@best, round r is `round-r`."""
-    return {1: "best", **{number: f"round-{number}" for number in config.plusplus.rounds}}
-
-
-def first_round_state(config: Config, score: float | None) -> dict:
-    """The InfoCSE++ state after round 1 (finetune@best), which later rounds continue from."""
-    state = next_state(None, 1, score, config.plusplus.patience)
-    state["continue"] = state["continue"] and config.plusplus.max_rounds > 1
-    return state
-
-
-def round_is_active(config: Config, number: int, previous_state: dict) -> bool:
-    return bool(previous_state["continue"]) and number <= config.plusplus.max_rounds
+from infocse.loop import run_loop
+from infocse.stopping import next_state
 
 
 def run_round(model, config: Config, number: int, previous_state: dict, sentences: pd.DataFrame,

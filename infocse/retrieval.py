@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infocse.config import EvaluateConfig
+from infocse.config import Config, EvaluateConfig
 from infocse.embedding import embed_sentences
+from infocse.models import sequence_length
 
 CUTOFFS = (1, 5, 10)
 EVALUATED_SPLITS = ("val", "test")
@@ -69,3 +70,9 @@ def score_model(model, documents: pd.DataFrame, evaluate: EvaluateConfig) -> tup
         result[f"{split}_queries"] = int(len(split_ranks))
     result["score"] = result["val"].get(evaluate.metric)
     return result, ranks
+
+
+def scored(model, documents: pd.DataFrame, config: Config) -> dict:
+    """Val and test metrics at the evaluation length; the model keeps its own length afterwards."""
+    with sequence_length(model, config.evaluate.max_seq_length):
+        return score_model(model, documents, config.evaluate)[0]

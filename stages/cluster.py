@@ -14,7 +14,7 @@ from infocse.config import load_config
 from infocse.errors import StageError, run_stage
 from infocse.idc import cluster_sentences
 from infocse.io import write_json, write_parquet
-from infocse.loop import iteration_is_active
+from infocse.stopping import iteration_is_active
 from infocse.pairs import empty_pair_table
 from infocse.paths import SENTENCES, IterationPaths
 
@@ -28,7 +28,7 @@ def main() -> None:
     started = time.perf_counter()
     if iteration_is_active(config, t):
         if config.engine.name == "ray":
-            from infocse.engines.ray import cluster_with_ray
+            from infocse.engines.ray_cluster import cluster_with_ray
 
             pairs, stats = cluster_with_ray(config, paths.embeddings)
         else:

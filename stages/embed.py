@@ -15,7 +15,7 @@ from infocse.config import Config, load_config
 from infocse.embedding import embed_sentences
 from infocse.errors import run_stage
 from infocse.io import save_numpy, write_json
-from infocse.loop import iteration_is_active
+from infocse.stopping import iteration_is_active
 from infocse.models import CURRENT, load_model
 from infocse.paths import ANNOTATOR_MODEL, SENTENCES, IterationPaths
 
@@ -36,7 +36,7 @@ def main() -> None:
     started = time.perf_counter()
     active = iteration_is_active(config, t)
     if active and config.engine.name == "ray":  # writes the output as it goes
-        from infocse.engines.ray import embed_with_ray
+        from infocse.engines.ray_embed import embed_with_ray
 
         sentences = embed_with_ray(config, mining_model(config, t), paths.embeddings)
         seconds = time.perf_counter() - started

@@ -15,7 +15,7 @@ import pandas as pd
 from infocse.config import load_config
 from infocse.errors import run_stage
 from infocse.io import read_json, write_json, write_parquet
-from infocse.loop import iteration_is_active, next_state, stopped_state
+from infocse.stopping import iteration_is_active, next_state, stopped_state
 from infocse.models import load_model
 from infocse.paths import DOCUMENTS, IterationPaths
 from infocse.retrieval import empty_ranks, score_model

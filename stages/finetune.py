@@ -16,7 +16,7 @@ from infocse.io import write_json, write_placeholder
 from infocse.models import load_model, resolve_device, save_model
 from infocse.paths import BEST_MODEL, DOCUMENTS, LABELS, IterationPaths, finetuned_metrics, finetuned_model, \
     finetuned_timing
-from infocse.plusplus import first_round_state
+from infocse.stopping import first_round_state
 
 STARTS = {"f0": IterationPaths(0).model, "best": BEST_MODEL}
 

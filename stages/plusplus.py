@@ -12,10 +12,10 @@ import pandas as pd
 from infocse.config import load_config
 from infocse.errors import StageError, run_stage
 from infocse.io import read_json, write_json, write_placeholder
-from infocse.loop import stopped_state
 from infocse.models import load_model, resolve_device, save_model
 from infocse.paths import DOCUMENTS, LABELS, SENTENCES, finetuned_metrics, finetuned_model, finetuned_timing
-from infocse.plusplus import round_is_active, run_round
+from infocse.plusplus import run_round
+from infocse.stopping import round_is_active, stopped_state
 
 
 def main() -> None:

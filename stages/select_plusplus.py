@@ -9,7 +9,7 @@ from infocse.config import load_config
 from infocse.errors import run_stage
 from infocse.io import atomic_output, read_json, write_json
 from infocse.paths import PLUSPLUS_METRICS, PLUSPLUS_MODEL, finetuned_metrics, finetuned_model
-from infocse.plusplus import round_names
+from infocse.stopping import round_names
 
 
 def main() -> None:

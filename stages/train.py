@@ -15,7 +15,7 @@ import pandas as pd
 from infocse.config import load_config
 from infocse.errors import StageError, run_stage
 from infocse.io import write_json, write_placeholder
-from infocse.loop import iteration_is_active
+from infocse.stopping import iteration_is_active
 from infocse.models import load_model, resolve_device, save_model
 from infocse.paths import IterationPaths
 from infocse.training import check_devices, device_training_precision, distributed_world, train_at_length

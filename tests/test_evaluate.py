@@ -1,4 +1,4 @@
-"""Retrieval evaluation (infocse/retrieval.py) and the loop's state (infocse/loop.py), as the
+"""Retrieval evaluation (infocse/retrieval.py) and the loop's state (infocse/stopping.py), as the
 evaluate stage uses them: gold ranks and metrics against sentence-transformers'
 InformationRetrievalEvaluator, hand-worked per-query scores, and the early-stopping state and rule."""
 
@@ -17,7 +17,7 @@ from pipeline_helpers import deep_merge
 from infocse.config import METRICS, EvaluateConfig
 from infocse.errors import StageError
 from infocse.io import read_json, write_json
-from infocse.loop import iteration_is_active, next_state, stopped_state
+from infocse.stopping import iteration_is_active, next_state, stopped_state
 from infocse.models import load_model
 from infocse.paths import IterationPaths
 from infocse.retrieval import gold_ranks, per_query_scores, rank_queries, retrieval_metrics, score_model

@@ -25,7 +25,7 @@ import yaml
 from conftest import repo_params
 
 from infocse.errors import run_stage
-from infocse.loop import next_state
+from infocse.stopping import next_state
 from infocse.retrieval import rank_queries
 from infocse.training import contrastive_loss
 

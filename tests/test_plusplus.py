@@ -19,7 +19,7 @@ from infocse.corpora.sentences import build_sentence_table
 from infocse.errors import StageError
 from infocse.io import read_json, write_json
 from infocse.paths import DOCUMENTS, LABELS, SENTENCES, finetuned_metrics, finetuned_model
-from infocse.plusplus import first_round_state, round_is_active, round_names
+from infocse.stopping import first_round_state, round_is_active, round_names
 
 # A learning rate this small moves no weight that is not zero (and a zero one by ~1e-30): the
 # model cannot improve on val, so every stop rule must fire. Params refuse a rate of 0.

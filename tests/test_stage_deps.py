@@ -185,15 +185,24 @@ def test_the_package_has_no_import_cycle(tmp_path):
     assert package_import_cycles(REPO) == []
     repo = copy_project(tmp_path)
     with open(repo / "infocse/idc.py", "a", encoding="utf-8") as handle:
-        handle.write("\n\ndef on_ray():\n    from infocse.engines.ray import cluster_with_ray  # noqa: F401\n")
-    assert ["infocse/engines/ray.py", "infocse/idc.py"] in package_import_cycles(repo)
+        handle.write("\n\ndef on_ray():\n    from infocse.engines.ray_cluster import cluster_with_ray  # noqa: F401\n")
+    assert ["infocse/engines/ray_cluster.py", "infocse/idc.py"] in package_import_cycles(repo)
 
 
 def test_the_ray_engine_depends_on_idc_and_embedding_never_the_reverse():
     graph = import_graph(REPO)
-    assert {"infocse/idc.py", "infocse/embedding.py"} <= set(graph.successors("infocse/engines/ray.py"))
+    assert "infocse/idc.py" in set(graph.successors("infocse/engines/ray_cluster.py"))
+    assert "infocse/embedding.py" in set(graph.successors("infocse/engines/ray_embed.py"))
     for module in ("infocse/idc.py", "infocse/embedding.py", "infocse/loop.py", "infocse/config.py"):
-        assert "infocse/engines/ray.py" not in nx.descendants(graph, module), module
+        for engine in ("ray.py", "ray_embed.py", "ray_cluster.py"):
+            assert f"infocse/engines/{engine}" not in nx.descendants(graph, module), module
+
+
+def test_only_the_stages_that_run_idc_depend_on_it():
+    """An IDC change reruns cluster@t and plusplus@r only (their outputs feed the rest), never
+    embed, train, evaluate or fine-tuning, whose code does not run it."""
+    deps = {stage: code for stage, (code, _) in stage_code_deps(REPO).items()}
+    assert sorted(stage for stage, code in deps.items() if "infocse/idc.py" in code) == ["cluster", "plusplus"]
 
 
 @pytest.mark.parametrize("source, package, expected", [
