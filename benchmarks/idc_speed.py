@@ -102,9 +102,9 @@ def neighbour_disagreement(embeddings, doc_codes, k: int) -> dict:
 
     stage = top_k_neighbours(embeddings, document_offsets(doc_codes), k, BLOCK_ROWS)
     plain = np.repeat(np.arange(len(doc_codes))[:, None], k, axis=1)
-    sources, targets = plain_edges(embeddings, doc_codes, k)
-    ends = np.r_[np.flatnonzero(np.diff(sources)) + 1, len(sources)]
-    starts = np.r_[0, ends[:-1]]
+    sources, targets = plain_edges(embeddings, doc_codes, k)  # each source's targets are consecutive
+    ends = np.r_[np.flatnonzero(np.diff(sources)) + 1, len(sources)] if len(sources) else np.zeros(0, np.int64)
+    starts = np.r_[0, ends[:-1]] if len(sources) else ends
     for keep in np.unique(ends - starts).tolist():  # fill each source's row with its `keep` targets
         runs = np.flatnonzero(ends - starts == keep)
         plain[sources[starts[runs]], :keep] = targets[starts[runs, None] + np.arange(keep)]

@@ -72,7 +72,9 @@ def top_k_neighbours(embeddings: np.ndarray, offsets: np.ndarray, k: int, block_
     the row is padded with the sentence itself. Documents up to `block_rows` sentences go whole,
     stacked by size; longer ones in blocks of rows against the whole document. The work is split
     into tasks of about `block_rows / threads` similarity rows, run on torch's thread count, so
-    memory is O(block_rows x longest document) and the result the same for any thread count."""
+    the long documents' blocks hold block_rows x longest document similarities at most. A long
+    document's block height follows the thread count, so another count can round its products
+    differently and change a choice between float32-equal similarities (nothing else)."""
     if k < 1:
         raise StageError(f"K must be >= 1, got {k}")
     if block_rows < 1:
@@ -100,7 +102,7 @@ def top_k_neighbours(embeddings: np.ndarray, offsets: np.ndarray, k: int, block_
         else:  # a long document, a block of rows against all of it
             tasks += [(neighbours_of_rows, start, size, first, min(size, first + task_rows), keep, blocks)
                       for start in offsets[docs].tolist() for first in range(0, size, task_rows)]
-    if threads == 1 or len(tasks) <= 1:
+    if threads == 1:
         for task in tasks:
             task[0](vectors, neighbours, *task[1:])
     else:  # each task's torch work on its own thread: numpy and torch release the GIL
