@@ -15,8 +15,10 @@
 #            20 per document (the default: the main runs), and every pair at 10, 20 and 40 per
 #            document (budget.max_pairs=all)
 # Corpora default to "bbc manpages" (sweep: manpages). Each experiment is named
-# <corpus>-<row>[-<budget>]-s<seed>; an existing name is replaced (--force). Experiments run the
-# committed code: commit before queueing (export_runs records any uncommitted code it finds).
+# <corpus>-<row>[-<budget>]-s<seed>; an existing name is replaced (--force). With ONLY_MISSING=1, a
+# name that already has a run file in results/runs is not queued (to resume a queue that died).
+# Experiments run the committed code: commit before queueing (export_runs records any uncommitted
+# code it finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set_name="${1:-main}"
@@ -34,6 +36,10 @@ declare -A budgets=([default]="20 2560" [all10]="10 all" [all20]="20 all" [all40
 
 queue() {  # queue NAME PARAM...: the unlabelled stages only
   local name="$1"; shift
+  if [[ "${ONLY_MISSING:-0}" == 1 && -e "results/runs/$name.json" ]]; then
+    echo "skip $name: results/runs/$name.json exists"
+    return
+  fi
   local args=()
   for param in "$@"; do args+=(-S "$param"); done
   dvc exp run --queue --force -n "$name" "${args[@]}" select report
@@ -65,19 +71,25 @@ for corpus in "${corpora[@]}"; do
     queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
   fi
   if [[ "$set_name" == sweep || "$set_name" == all ]]; then
-    # seed-major order: a queue stopped part-way still holds every budget at the first seeds
+    # seed-major order, InfoCSE's budgets before CONPONO's: a queue stopped part-way still holds
+    # every budget InfoCSE's setting is chosen from, at the first seeds
     for seed in "${seeds[@]}"; do
-      for budget in all20 default all10 all40; do
-        read -r per_document max_pairs <<< "${budgets[$budget]}"
-        suffix="-$budget"
-        if [[ "$budget" == default ]]; then
-          [[ "$set_name" == all ]] && continue  # queued above as the main set's runs
-          suffix=""
-        fi
-        limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
-        queue "$short-infocse$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}"
-        queue "$short-conpono$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" \
-          "init.method=conpono" "loop.max_iterations=0"
+      for method in infocse conpono; do
+        for budget in all20 default all10 all40; do
+          read -r per_document max_pairs <<< "${budgets[$budget]}"
+          suffix="-$budget"
+          if [[ "$budget" == default ]]; then
+            [[ "$set_name" == all ]] && continue  # queued above as the main set's runs
+            suffix=""
+          fi
+          limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
+          if [[ "$method" == infocse ]]; then
+            queue "$short-infocse$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}"
+          else
+            queue "$short-conpono$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" \
+              "init.method=conpono" "loop.max_iterations=0"
+          fi
+        done
       done
     done
   fi
