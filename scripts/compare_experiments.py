@@ -15,7 +15,8 @@ Across seeds every difference is paired: a run minus the seed model of the same 
 split, same test queries), and minus InfoCSE (init none, K=1) of the same seed and setting; the
 mean difference carries a t-based 95% interval over the seeds (`infocse.reporting.t_interval`),
 n is always shown, and a method is called higher or lower only when that interval excludes 0.
-Nothing here looks at test numbers to choose anything.
+Under each budget sweep the report names the InfoCSE setting with the best mean validation metric
+over the seeds every setting has run. Nothing here looks at test numbers to choose anything.
 """
 
 from __future__ import annotations
@@ -323,6 +324,38 @@ def sweep_table(rows: list[dict], keys: list[str], metric: str) -> str:
     return markdown_table(pd.DataFrame(records, columns=columns))
 
 
+def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
+    """The InfoCSE setting with the best mean validation metric over the seeds every setting has
+    run (paired, so no setting is favoured by an easier split), and at it InfoCSE vs the seed model
+    and CONPONO vs InfoCSE on test. Test numbers are reported, never used to choose."""
+    infocse = [r for r in rows if r["method"] == REFERENCE]
+    settings = sorted({r["setting"] for r in infocse}, key=lambda s: setting_order(s, keys))
+    if len(settings) < 2:
+        return []
+    seeds = sorted(set.intersection(*({r["seed"] for r in infocse if r["setting"] == s} for s in settings)))
+    if not seeds:
+        return ["Setting chosen by validation: none yet (no seed has an InfoCSE run at every setting)."]
+    mean_val = {s: statistics.mean(r["val"][metric] for r in infocse if r["setting"] == s and r["seed"] in seeds)
+                for s in settings}
+    best = max(settings, key=lambda s: mean_val[s])  # the first in setting order on a tie
+    named = lambda s: label(json.loads(s), keys)  # noqa: E731
+    others = "; ".join(f"{named(s)}: {mean_val[s]:.3f}" for s in settings if s != best)
+    lines = [f"Setting chosen by validation: **{named(best)}**, InfoCSE's mean val {metric} "
+             f"{mean_val[best]:.3f} over seeds {', '.join(map(str, seeds))} (the seeds every setting has run, "
+             f"n = {len(seeds)}; others: {others})."]
+    if len(seeds) < 2:
+        lines[0] += " With one seed this is provisional, not yet a basis for a default."
+    at_best = [r for r in rows if r["setting"] == best]
+    mine = [r for r in at_best if r["method"] == REFERENCE]
+    lines.append(f"At it, on test (95% t-interval over seeds): InfoCSE minus the seed model, recall@1 "
+                 f"{format_interval(t_interval(deltas(mine, 'seed_ref', 'test', 'recall@1')))}, mrr@10 "
+                 f"{format_interval(t_interval(deltas(mine, 'seed_ref', 'test', 'mrr@10')))}")
+    conpono = deltas([r for r in at_best if r["method"] == "CONPONO"], "infocse_ref", "test", "recall@1")
+    lines[-1] += (f"; CONPONO minus InfoCSE, recall@1 {format_interval(t_interval(conpono))}." if conpono
+                  else "; no CONPONO run at this setting.")
+    return [" ".join(lines), ""]
+
+
 def setting_order(setting: str, keys: list[str]) -> list:
     values = json.loads(setting)
     return [value_key(values.get(k)) for k in keys] + [(1, 0, setting)]
@@ -369,7 +402,8 @@ def corpus_sections(rows: list[dict]) -> list[str]:
                                  f"(seeds {', '.join(map(str, seeds)) or '–'}). Validation metric: {metric}.", "",
                       f"### Budget sweep: {corpus}", "",
                       "One row per setting and method, n runs each; choose a setting by the validation column, "
-                      "never by test.", "", sweep_table(group_rows, keys, metric), ""]
+                      "never by test.", "", sweep_table(group_rows, keys, metric), "",
+                      *chosen_setting(group_rows, keys, metric)]
             for setting in settings:
                 group = [r for r in group_rows if r["setting"] == setting]
                 lines += [f"### {corpus}, setting: {label(json.loads(setting), keys)}", "",

@@ -196,3 +196,53 @@ def test_render_does_not_change_the_runs():
     before = copy.deepcopy(runs)
     compare.render(runs)
     assert runs == before
+
+
+def chosen_line(text: str) -> str:
+    (line,) = lines_starting(text.split("### Budget sweep: manpages")[1].split("###")[0], "Setting chosen by validation")
+    return line
+
+
+def sweep_run(name: str, seed: int, test_r1: float, val_mrr: float, budget: dict, init: str = "none") -> dict:
+    """A man-pages run whose chosen model has this test recall@1 and val mrr@10; the seed model's
+    test recall@1 is 0.5 and its val mrr@10 0.5."""
+    if init == "none":
+        return make_run(name, seed, init, [state(0.5), state(test_r1, val_mrr)], best=1, corpus="manpages", **budget)
+    return make_run(name, seed, init, [state(test_r1, val_mrr)], best=0, corpus="manpages",
+                    loop={"max_iterations": 0}, **budget)
+
+
+ALL10 = {"budget": {"max_pairs": "all", "max_pairs_per_document": 10}}
+ALL20 = {"budget": {"max_pairs": "all", "max_pairs_per_document": 20}}
+
+
+def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
+    runs = []
+    for seed in range(2):
+        # all10 wins on validation (0.70 vs 0.60), all20 on test (0.80 vs 0.55)
+        runs.append(sweep_run(f"man-infocse-all10-s{seed}", seed, 0.55 + 0.01 * seed, 0.70, ALL10))
+        runs.append(sweep_run(f"man-infocse-all20-s{seed}", seed, 0.80, 0.60, ALL20))
+        runs.append(sweep_run(f"man-conpono-all10-s{seed}", seed, 0.60 + 0.03 * seed, 0.60, ALL10, init="conpono"))
+    # a third seed at all20 only, with a val that would lift all20's mean above all10's: not shared, not counted
+    runs.append(sweep_run("man-infocse-all20-s2", 2, 0.80, 0.99, ALL20))
+    line = chosen_line(compare.render(runs))
+    assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line
+    assert "mrr@10 0.700 over seeds 0, 1 (the seeds every setting has run, n = 2;" in line
+    assert "budget.max_pairs_per_document=20, budget.max_pairs=all: 0.600)" in line
+    assert "provisional" not in line
+    # InfoCSE minus the seed model at all10: +0.05 and +0.06 over two seeds, checked against scipy
+    gains = np.array([0.05, 0.06])
+    half = stats.t.ppf(0.975, 1) * gains.std(ddof=1) / np.sqrt(2)
+    assert f"recall@1 +0.055 [{0.055 - half:+.3f}, {0.055 + half:+.3f}] (n = 2)" in line
+    # CONPONO minus InfoCSE at all10: +0.05 and +0.07
+    half = stats.t.ppf(0.975, 1) * np.std([0.05, 0.07], ddof=1) / np.sqrt(2)
+    assert f"CONPONO minus InfoCSE, recall@1 +0.060 [{0.060 - half:+.3f}, {0.060 + half:+.3f}] (n = 2)" in line
+
+
+def test_no_choice_until_a_seed_has_run_every_setting_and_one_seed_is_provisional():
+    runs = [sweep_run("man-infocse-all10-s0", 0, 0.6, 0.7, ALL10), sweep_run("man-infocse-all20-s1", 1, 0.6, 0.7, ALL20)]
+    assert chosen_line(compare.render(runs)).startswith("Setting chosen by validation: none yet")
+    runs.append(sweep_run("man-infocse-all20-s0", 0, 0.6, 0.65, ALL20))
+    line = chosen_line(compare.render(runs))
+    assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line and "provisional" in line
+    assert line.endswith("no CONPONO run at this setting.")
