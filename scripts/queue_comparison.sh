@@ -13,7 +13,9 @@
 #            ict), round 1 mined by all-mpnet-base-v2; seeds 0 1 2: IDC K-means
 # sweep:     the pair budget, InfoCSE and CONPONO at the same budget, seeds 0 1 2: 2,560 pairs at
 #            20 per document (the default: the main runs), and every pair at 10, 20 and 40 per
-#            document (budget.max_pairs=all)
+#            document (budget.max_pairs=all); BUDGETS="all10 ..." limits it to those budgets (names:
+#            default all10 all20 all40), e.g. `BUDGETS=all20 bash scripts/queue_comparison.sh sweep bbc`
+#            for the chosen budget on another corpus
 # Corpora default to "bbc manpages" (sweep: manpages). Each experiment is named
 # <corpus>-<row>[-<budget>]-s<seed>; an existing name is replaced (--force). With ONLY_MISSING=1, a
 # name that already has a run file in results/runs is not queued (to resume a queue that died).
@@ -33,6 +35,11 @@ fi
 seeds=(0 1 2)
 # budget -> "max_pairs_per_document max_pairs"; `default` is params.yaml's (its runs are the main set's)
 declare -A budgets=([default]="20 2560" [all10]="10 all" [all20]="20 all" [all40]="40 all")
+
+sweep_budgets="${BUDGETS:-all20 default all10 all40}"
+for budget in $sweep_budgets; do
+  [[ -n "${budgets[$budget]:-}" ]] || { echo "BUDGETS: unknown budget '$budget' (known: default all10 all20 all40)" >&2; exit 2; }
+done
 
 queue() {  # queue NAME PARAM...: the unlabelled stages only
   local name="$1"; shift
@@ -75,7 +82,7 @@ for corpus in "${corpora[@]}"; do
     # every budget InfoCSE's setting is chosen from, at the first seeds
     for seed in "${seeds[@]}"; do
       for method in infocse conpono; do
-        for budget in all20 default all10 all40; do
+        for budget in $sweep_budgets; do
           read -r per_document max_pairs <<< "${budgets[$budget]}"
           suffix="-$budget"
           if [[ "$budget" == default ]]; then
