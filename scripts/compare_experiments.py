@@ -327,7 +327,8 @@ def sweep_table(rows: list[dict], keys: list[str], metric: str) -> str:
 def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
     """The InfoCSE setting with the best mean validation metric over the seeds every setting has
     run (paired, so no setting is favoured by an easier split), and at it InfoCSE vs the seed model
-    and CONPONO vs InfoCSE on test. Test numbers are reported, never used to choose."""
+    and CONPONO vs InfoCSE on test. Test numbers are reported, never used to choose. Means get four
+    decimals so that a close choice shows how close it was."""
     infocse = [r for r in rows if r["method"] == REFERENCE]
     settings = sorted({r["setting"] for r in infocse}, key=lambda s: setting_order(s, keys))
     if len(settings) < 2:
@@ -339,9 +340,9 @@ def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
                 for s in settings}
     best = max(settings, key=lambda s: mean_val[s])  # the first in setting order on a tie
     named = lambda s: label(json.loads(s), keys)  # noqa: E731
-    others = "; ".join(f"{named(s)}: {mean_val[s]:.3f}" for s in settings if s != best)
+    others = "; ".join(f"{named(s)}: {mean_val[s]:.4f}" for s in settings if s != best)
     lines = [f"Setting chosen by validation: **{named(best)}**, InfoCSE's mean val {metric} "
-             f"{mean_val[best]:.3f} over seeds {', '.join(map(str, seeds))} (the seeds every setting has run, "
+             f"{mean_val[best]:.4f} over seeds {', '.join(map(str, seeds))} (the seeds every setting has run, "
              f"n = {len(seeds)}; others: {others})."]
     if len(seeds) < 2:
         lines[0] += " With one seed this is provisional, not yet a basis for a default."

@@ -227,8 +227,8 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
     runs.append(sweep_run("man-infocse-all20-s2", 2, 0.80, 0.99, ALL20))
     line = chosen_line(compare.render(runs))
     assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line
-    assert "mrr@10 0.700 over seeds 0, 1 (the seeds every setting has run, n = 2;" in line
-    assert "budget.max_pairs_per_document=20, budget.max_pairs=all: 0.600)" in line
+    assert "mrr@10 0.7000 over seeds 0, 1 (the seeds every setting has run, n = 2;" in line
+    assert "budget.max_pairs_per_document=20, budget.max_pairs=all: 0.6000)" in line
     assert "provisional" not in line
     # InfoCSE minus the seed model at all10: +0.05 and +0.06 over two seeds, checked against scipy
     gains = np.array([0.05, 0.06])
