@@ -351,7 +351,8 @@ def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
     lines.append(f"At it, on test (95% t-interval over seeds): InfoCSE minus the seed model, recall@1 "
                  f"{format_interval(t_interval(deltas(mine, 'seed_ref', 'test', 'recall@1')))}, mrr@10 "
                  f"{format_interval(t_interval(deltas(mine, 'seed_ref', 'test', 'mrr@10')))}")
-    conpono = deltas([r for r in at_best if r["method"] == "CONPONO"], "infocse_ref", "test", "recall@1")
+    conpono_rows = [r for r in at_best if r["method"] == BASELINE_NAMES["conpono"]]
+    conpono = deltas(conpono_rows, "infocse_ref", "test", "recall@1")
     lines[-1] += (f"; CONPONO minus InfoCSE, recall@1 {format_interval(t_interval(conpono))}." if conpono
                   else "; no CONPONO run at this setting.")
     return [" ".join(lines), ""]

@@ -90,12 +90,9 @@ for corpus in "${corpora[@]}"; do
             suffix=""
           fi
           limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
-          if [[ "$method" == infocse ]]; then
-            queue "$short-infocse$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}"
-          else
-            queue "$short-conpono$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" \
-              "init.method=conpono" "loop.max_iterations=0"
-          fi
+          one_round=()
+          [[ "$method" == conpono ]] && one_round=("init.method=conpono" "loop.max_iterations=0")
+          queue "$short-$method$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" "${one_round[@]}"
         done
       done
     done
