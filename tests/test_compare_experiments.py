@@ -221,15 +221,19 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
     for seed in range(2):
         # all10 wins on validation (0.70 vs 0.60), all20 on test (0.80 vs 0.55)
         runs.append(sweep_run(f"man-infocse-all10-s{seed}", seed, 0.55 + 0.01 * seed, 0.70, ALL10))
-        runs.append(sweep_run(f"man-infocse-all20-s{seed}", seed, 0.80, 0.60, ALL20))
+        runs.append(sweep_run(f"man-infocse-all20-s{seed}", seed, 0.80, 0.60 + 0.02 * seed, ALL20))
         runs.append(sweep_run(f"man-conpono-all10-s{seed}", seed, 0.60 + 0.03 * seed, 0.60, ALL10, init="conpono"))
     # a third seed at all20 only, with a val that would lift all20's mean above all10's: not shared, not counted
     runs.append(sweep_run("man-infocse-all20-s2", 2, 0.80, 0.99, ALL20))
     line = chosen_line(compare.render(runs))
     assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line
     assert "mrr@10 0.7000 over seeds 0, 1 (the seeds every setting has run, n = 2;" in line
-    assert "budget.max_pairs_per_document=20, budget.max_pairs=all: 0.6000)" in line
+    # all10's val lead over all20, paired by seed: +0.10 and +0.08, checked against scipy
+    half = stats.t.ppf(0.975, 1) * np.std([0.10, 0.08], ddof=1) / np.sqrt(2)
+    assert (f"budget.max_pairs_per_document=20, budget.max_pairs=all: 0.6100, lead "
+            f"+0.0900 [{0.09 - half:+.4f}, {0.09 + half:+.4f}] (n = 2))") in line
     assert "provisional" not in line
+    assert "Validation does not separate it from budget.max_pairs_per_document=20" in line  # t(1) is wide
     # InfoCSE minus the seed model at all10: +0.05 and +0.06 over two seeds, checked against scipy
     gains = np.array([0.05, 0.06])
     half = stats.t.ppf(0.975, 1) * gains.std(ddof=1) / np.sqrt(2)
@@ -237,6 +241,22 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
     # CONPONO minus InfoCSE at all10: +0.05 and +0.07
     half = stats.t.ppf(0.975, 1) * np.std([0.05, 0.07], ddof=1) / np.sqrt(2)
     assert f"CONPONO minus InfoCSE, recall@1 +0.060 [{0.060 - half:+.3f}, {0.060 + half:+.3f}] (n = 2)" in line
+
+
+def test_only_a_lead_whose_interval_excludes_0_separates_the_chosen_setting():
+    leads = [0.010, 0.012, 0.011]  # all10 ahead of all20 at every seed, by about the same
+    runs = [run for seed, lead in enumerate(leads)
+            for run in (sweep_run(f"man-infocse-all10-s{seed}", seed, 0.6, 0.70 + lead, ALL10),
+                        sweep_run(f"man-infocse-all20-s{seed}", seed, 0.6, 0.70, ALL20))]
+    line = chosen_line(compare.render(runs))
+    assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line and "does not separate" not in line
+    half = stats.t.ppf(0.975, 2) * np.std(leads, ddof=1) / np.sqrt(3)
+    assert f"lead +0.0110 [{0.011 - half:+.4f}, {0.011 + half:+.4f}] (n = 3)" in line
+    runs[-2] = sweep_run("man-infocse-all10-s2", 2, 0.6, 0.69, ALL10)  # one seed where all20 leads
+    line = chosen_line(compare.render(runs))
+    assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line
+    assert ("Validation does not separate it from budget.max_pairs_per_document=20, budget.max_pairs=all "
+            "(lead interval contains 0).") in line
 
 
 def test_no_choice_until_a_seed_has_run_every_setting_and_one_seed_is_provisional():
