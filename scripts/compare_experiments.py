@@ -350,7 +350,7 @@ def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
              f"{others})."]
     tied = [named(s) for s in settings if s != best and lead[s]["low"] is not None and lead[s]["low"] <= 0]
     if tied:
-        lines[0] += f" Validation does not separate it from {', '.join(tied)} (lead interval contains 0)."
+        lines[0] += f" Validation does not separate it from {'; '.join(tied)} (lead interval contains 0)."
     if len(seeds) < 2:
         lines[0] += " With one seed this is provisional, not yet a basis for a default."
     at_best = [r for r in rows if r["setting"] == best]
