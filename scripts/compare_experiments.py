@@ -336,21 +336,20 @@ def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
     seeds = sorted(set.intersection(*({r["seed"] for r in infocse if r["setting"] == s} for s in settings)))
     if not seeds:
         return ["Setting chosen by validation: none yet (no seed has an InfoCSE run at every setting)."]
-    mean_val = {s: statistics.mean(r["val"][metric] for r in infocse if r["setting"] == s and r["seed"] in seeds)
-                for s in settings}
+    val_of = {(r["setting"], r["seed"]): r["val"][metric] for r in infocse}
+    mean_val = {s: statistics.mean(val_of[s, seed] for seed in seeds) for s in settings}
     best = max(settings, key=lambda s: mean_val[s])  # the first in setting order on a tie
     named = lambda s: label(json.loads(s), keys)  # noqa: E731
-    val_of = {(r["setting"], r["seed"]): r["val"][metric] for r in infocse}
-    lead = {s: t_interval([val_of[best, seed] - val_of[s, seed] for seed in seeds]) for s in settings}
-    others = "; ".join(f"{named(s)}: {mean_val[s]:.4f}, lead {format_interval(lead[s], 4)}"
-                       for s in settings if s != best)
+
+    def lead(s: str) -> str:  # the chosen setting's paired val lead over s, and whether it excludes 0
+        interval = t_interval([val_of[best, seed] - val_of[s, seed] for seed in seeds])
+        return f"lead {format_interval(interval, 4)}, {verdict(interval)}"
+
+    others = "; ".join(f"{named(s)}: {mean_val[s]:.4f}, {lead(s)}" for s in settings if s != best)
     lines = [f"Setting chosen by validation: **{named(best)}**, InfoCSE's mean val {metric} "
              f"{mean_val[best]:.4f} over seeds {', '.join(map(str, seeds))} (the seeds every setting has run, "
              f"n = {len(seeds)}; others, with the chosen setting's paired val lead and its 95% t-interval: "
              f"{others})."]
-    tied = [named(s) for s in settings if s != best and lead[s]["low"] is not None and lead[s]["low"] <= 0]
-    if tied:
-        lines[0] += f" Validation does not separate it from {'; '.join(tied)} (lead interval contains 0)."
     if len(seeds) < 2:
         lines[0] += " With one seed this is provisional, not yet a basis for a default."
     at_best = [r for r in rows if r["setting"] == best]
