@@ -324,32 +324,44 @@ def sweep_table(rows: list[dict], keys: list[str], metric: str) -> str:
     return markdown_table(pd.DataFrame(records, columns=columns))
 
 
+def choice_seeds(seeds_of: dict[str, set]) -> set:
+    """The most seeds that at least two settings share (the smallest seeds first on a tie): the
+    choice is paired over them, so a setting that has run more seeds cannot tip it, and a setting
+    still short of them waits outside the choice instead of shrinking it."""
+    shared = [a & b for i, a in enumerate(seeds_of.values()) for b in list(seeds_of.values())[i + 1:]]
+    return max(shared, key=lambda seeds: (len(seeds), [-seed for seed in sorted(seeds)]))
+
+
 def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
-    """The InfoCSE setting with the best mean validation metric over the seeds every setting has
-    run (paired, so no setting is favoured by an easier split), and at it InfoCSE vs the seed model
-    and CONPONO vs InfoCSE on test. Test numbers are reported, never used to choose. Means get four
-    decimals so that a close choice shows how close it was."""
+    """The InfoCSE setting with the best mean validation metric over the seeds the settings in the
+    choice share (paired, so no setting is favoured by an easier split), and at it InfoCSE vs the
+    seed model and CONPONO vs InfoCSE on test. Settings run at fewer seeds are listed beside it with
+    their paired lead. Test numbers are reported, never used to choose. Means get four decimals so
+    that a close choice shows how close it was."""
     infocse = [r for r in rows if r["method"] == REFERENCE]
     settings = sorted({r["setting"] for r in infocse}, key=lambda s: setting_order(s, keys))
     if len(settings) < 2:
         return []
-    seeds = sorted(set.intersection(*({r["seed"] for r in infocse if r["setting"] == s} for s in settings)))
+    seeds_of = {s: {r["seed"] for r in infocse if r["setting"] == s} for s in settings}
+    seeds = sorted(choice_seeds(seeds_of))
     if not seeds:
-        return ["Setting chosen by validation: none yet (no seed has an InfoCSE run at every setting)."]
+        return ["Setting chosen by validation: none yet (no seed has an InfoCSE run at two settings)."]
+    in_choice = [s for s in settings if seeds_of[s] >= set(seeds)]
+    waiting = [s for s in settings if s not in in_choice]
     val_of = {(r["setting"], r["seed"]): r["val"][metric] for r in infocse}
-    mean_val = {s: statistics.mean(val_of[s, seed] for seed in seeds) for s in settings}
-    best = max(settings, key=lambda s: mean_val[s])  # the first in setting order on a tie
+    mean_val = {s: statistics.mean(val_of[s, seed] for seed in seeds) for s in in_choice}
+    best = max(in_choice, key=lambda s: mean_val[s])  # the first in setting order on a tie
     named = lambda s: label(json.loads(s), keys)  # noqa: E731
 
-    def lead(s: str) -> str:  # the chosen setting's paired val lead over s, and whether it excludes 0
-        interval = t_interval([val_of[best, seed] - val_of[s, seed] for seed in seeds])
+    def lead(s: str, over: list) -> str:  # the chosen setting's paired val lead over s, and whether it excludes 0
+        interval = t_interval([val_of[best, seed] - val_of[s, seed] for seed in over])
         return f"lead {format_interval(interval, 4)}, {verdict(interval)}"
 
-    others = "; ".join(f"{named(s)}: {mean_val[s]:.4f}, {lead(s)}" for s in settings if s != best)
+    others = "; ".join(f"{named(s)}: {mean_val[s]:.4f}, {lead(s, seeds)}" for s in in_choice if s != best)
     lines = [f"Setting chosen by validation: **{named(best)}**, InfoCSE's mean val {metric} "
-             f"{mean_val[best]:.4f} over seeds {', '.join(map(str, seeds))} (the seeds every setting has run, "
-             f"n = {len(seeds)}; others, with the chosen setting's paired val lead and its 95% t-interval: "
-             f"{others})."]
+             f"{mean_val[best]:.4f} over seeds {', '.join(map(str, seeds))} (the seeds every setting in the choice "
+             f"has run, n = {len(seeds)}; others, with the chosen setting's paired val lead and its 95% t-interval: "
+             f"{others or 'none'})."]
     if len(seeds) < 2:
         lines[0] += " With one seed this is provisional, not yet a basis for a default."
     at_best = [r for r in rows if r["setting"] == best]
@@ -361,6 +373,16 @@ def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
     conpono = deltas(conpono_rows, "infocse_ref", "test", "recall@1")
     lines[-1] += (f"; CONPONO minus InfoCSE, recall@1 {format_interval(t_interval(conpono))}." if conpono
                   else "; no CONPONO run at this setting.")
+    if waiting:
+        def paired(s: str) -> str:
+            shared = sorted(seeds_of[s] & seeds_of[best])
+            if not shared:
+                return f"{named(s)}: no seed shared with the chosen setting"
+            mean = lambda setting: statistics.mean(val_of[setting, seed] for seed in shared)  # noqa: E731
+            return (f"{named(s)}: seeds {', '.join(map(str, shared))}, {mean(s):.4f} against the chosen setting's "
+                    f"{mean(best):.4f} there, {lead(s, shared)}")
+        lines.append("Not yet in the choice, run at fewer seeds (the chosen setting's paired val lead over "
+                     f"the seeds both have run): {'; '.join(paired(s) for s in waiting)}.")
     return [" ".join(lines), ""]
 
 

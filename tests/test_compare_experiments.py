@@ -227,7 +227,7 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
     runs.append(sweep_run("man-infocse-all20-s2", 2, 0.80, 0.99, ALL20))
     line = chosen_line(compare.render(runs))
     assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line
-    assert "mrr@10 0.7000 over seeds 0, 1 (the seeds every setting has run, n = 2;" in line
+    assert "mrr@10 0.7000 over seeds 0, 1 (the seeds every setting in the choice has run, n = 2;" in line
     # all10's val lead over all20, paired by seed: +0.10 and +0.08, checked against scipy
     half = stats.t.ppf(0.975, 1) * np.std([0.10, 0.08], ddof=1) / np.sqrt(2)
     assert (f"budget.max_pairs_per_document=20, budget.max_pairs=all: 0.6100, lead "
@@ -240,6 +240,25 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
     # CONPONO minus InfoCSE at all10: +0.05 and +0.07
     half = stats.t.ppf(0.975, 1) * np.std([0.05, 0.07], ddof=1) / np.sqrt(2)
     assert f"CONPONO minus InfoCSE, recall@1 +0.060 [{0.060 - half:+.3f}, {0.060 + half:+.3f}] (n = 2)" in line
+
+
+ALL40 = {"budget": {"max_pairs": "all", "max_pairs_per_document": 40}}
+
+
+def test_a_setting_run_at_fewer_seeds_waits_beside_the_choice_instead_of_shrinking_it():
+    runs = [run for seed in range(3)
+            for run in (sweep_run(f"man-infocse-all10-s{seed}", seed, 0.6, 0.70 + 0.01 * seed, ALL10),
+                        sweep_run(f"man-infocse-all20-s{seed}", seed, 0.6, 0.68, ALL20))]
+    # all40 at seed 0 only, ahead of both there: over seed 0 alone it would be chosen
+    runs.append(sweep_run("man-infocse-all40-s0", 0, 0.6, 0.75, ALL40))
+    line = chosen_line(compare.render(runs))
+    assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line
+    assert "mrr@10 0.7100 over seeds 0, 1, 2 (the seeds every setting in the choice has run, n = 3;" in line
+    assert "provisional" not in line
+    assert line.endswith("Not yet in the choice, run at fewer seeds (the chosen setting's paired val lead over the "
+                         "seeds both have run): budget.max_pairs_per_document=40, budget.max_pairs=all: seeds 0, "
+                         "0.7500 against the chosen setting's 0.7000 there, lead -0.0500 (n = 1), one run (n = 1): "
+                         "no interval.")
 
 
 def test_the_lead_is_called_higher_only_when_its_interval_excludes_0():
