@@ -21,6 +21,7 @@ over the seeds every setting has run. Nothing here looks at test numbers to choo
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -328,7 +329,7 @@ def choice_seeds(seeds_of: dict[str, set]) -> set:
     """The most seeds that at least two settings share (the smallest seeds first on a tie): the
     choice is paired over them, so a setting that has run more seeds cannot tip it, and a setting
     still short of them waits outside the choice instead of shrinking it."""
-    shared = [a & b for i, a in enumerate(seeds_of.values()) for b in list(seeds_of.values())[i + 1:]]
+    shared = [a & b for a, b in itertools.combinations(seeds_of.values(), 2)]
     return max(shared, key=lambda seeds: (len(seeds), [-seed for seed in sorted(seeds)]))
 
 
@@ -361,7 +362,7 @@ def chosen_setting(rows: list[dict], keys: list[str], metric: str) -> list[str]:
     lines = [f"Setting chosen by validation: **{named(best)}**, InfoCSE's mean val {metric} "
              f"{mean_val[best]:.4f} over seeds {', '.join(map(str, seeds))} (the seeds every setting in the choice "
              f"has run, n = {len(seeds)}; others, with the chosen setting's paired val lead and its 95% t-interval: "
-             f"{others or 'none'})."]
+             f"{others})."]
     if len(seeds) < 2:
         lines[0] += " With one seed this is provisional, not yet a basis for a default."
     at_best = [r for r in rows if r["setting"] == best]
