@@ -5,7 +5,10 @@ decimal there (0.683, +0.046, −0.159, 12.5%) must appear, as the same digits, 
 report (reports/comparison.md, reports/fewshot.md, reports/report.md, benchmarks/results/*.md)
 or as a value of the committed metrics (metrics/**/*.json, written with 3 decimals, signed or
 not). A negative number must be quoted negative; a percent sign is not compared. Numbers inside
-code (`...` or fenced blocks) are not claims and are skipped. Regenerate the reports with
+code (`...` or fenced blocks) are not claims and are skipped. An estimate quoted with its interval,
+`+0.046 [+0.013, +0.079]`, must appear as that whole triple in a generated report (a table cell
+boundary between the estimate and its interval is allowed): three numbers each found somewhere are
+not enough. Regenerate the reports with
 `python -m scripts.make_reports`, then quote them; never retype a number.
 """
 
@@ -23,6 +26,8 @@ METRICS_GLOB = "metrics/**/*.json"
 # A decimal with an optional sign, not part of a longer dotted token (a version such as 2.13.0),
 # a word, or a number in exponent notation.
 NUMBER = re.compile(r"(?<![\w.])([+\-\u2212]?)(\d+\.\d+)(?![\d.]*\d)(?![eE][+\-]?\d)")
+SIGNED = r"[+\-\u2212]?\d+\.\d+"
+INTERVAL = re.compile(rf"({SIGNED}) \[({SIGNED}), ({SIGNED})\]")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"`[^`]*`")
 
@@ -84,6 +89,25 @@ def unsourced(readme: str, found: set[tuple[str, str]]) -> list[str]:
     return missing
 
 
+def intervals(text: str) -> set[str]:
+    """Every `estimate [low, high]` in `text`, outside inline code, whitespace and minus signs
+    normalised; an estimate and its interval in adjacent table cells count as one."""
+    text = INLINE_CODE.sub(" ", text).replace("\u2212", "-")
+    text = re.sub(r"(\d)\s*\|\s*\[", r"\1 [", text)
+    text = re.sub(r"\s+", " ", text)
+    return {"{} [{}, {}]".format(*match.groups()) for match in INTERVAL.finditer(text)}
+
+
+def generated_intervals(root: Path = REPO) -> set[str]:
+    paths = [root / p for p in REPORTS] + [p for pattern in REPORT_GLOBS for p in sorted(root.glob(pattern))]
+    return {i for path in paths if path.is_file() for i in intervals(path.read_text(encoding="utf-8"))}
+
+
+def unsourced_intervals(readme: str, found: set[str]) -> list[str]:
+    section = " ".join(line for _, line in results_section(readme))
+    return sorted(intervals(section) - found)
+
+
 def test_every_results_number_in_the_readme_is_in_a_generated_report():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert any(line.startswith("## Results") for line in readme.splitlines()), \
@@ -114,3 +138,25 @@ def test_the_check_catches_a_retyped_or_rounded_number(tmp_path):
     assert unsourced(readme, found) == []
     for wrong in ("+0.047", "0.68", "−0.159", "−0.046"):
         assert len(unsourced(readme.replace("R@1 0.682", f"R@1 {wrong}"), found)) == 1, wrong
+
+
+def test_every_interval_in_the_readme_is_one_of_a_generated_report():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    missing = unsourced_intervals(readme, generated_intervals())
+    assert not missing, (
+        f"{len(missing)} estimate(s) with an interval in README.md's results section appear as that "
+        "triple in no generated report:\n  " + "\n  ".join(missing) +
+        "\nQuote the estimate and its interval from the same row of the report.")
+
+
+def test_the_interval_check_catches_numbers_from_different_rows(tmp_path):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports/comparison.md").write_text(
+        "| InfoCSE | +0.046 [+0.013, +0.079] (n = 3) |\n| CONPONO | +0.013 [-0.020, +0.041] (n = 3) |\n")
+    (tmp_path / "reports/report.md").write_text("| 1 | +0.001 | [-0.019, +0.020] |\n")
+    found = generated_intervals(tmp_path)
+    readme = ("# x\n## Results\nInfoCSE +0.046 [+0.013,\n+0.079]; CONPONO +0.013 [\u22120.020, +0.041]; "
+              "iter 1 +0.001 [-0.019, +0.020].\n## Next\n")
+    assert unsourced_intervals(readme, found) == []
+    mixed = readme.replace("CONPONO +0.013 [\u22120.020, +0.041]", "CONPONO +0.013 [+0.013, +0.079]")
+    assert unsourced_intervals(mixed, found) == ["+0.013 [+0.013, +0.079]"]
