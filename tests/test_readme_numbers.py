@@ -63,10 +63,14 @@ def metric_values(node) -> list[float]:
     return []
 
 
+def report_paths(root: Path) -> list[Path]:
+    return [root / p for p in REPORTS] + [p for pattern in REPORT_GLOBS for p in sorted(root.glob(pattern))]
+
+
 def generated_numbers(root: Path = REPO) -> tuple[set[tuple[str, str]], list[str]]:
     """Every (sign, digits) the generated files hold, and the files read."""
     found, sources = set(), []
-    paths = [root / p for p in REPORTS] + [p for pattern in REPORT_GLOBS for p in sorted(root.glob(pattern))]
+    paths = report_paths(root)
     for path in paths:
         if path.is_file():
             found.update(decimals(path.read_text(encoding="utf-8")))
@@ -99,8 +103,7 @@ def intervals(text: str) -> set[str]:
 
 
 def generated_intervals(root: Path = REPO) -> set[str]:
-    paths = [root / p for p in REPORTS] + [p for pattern in REPORT_GLOBS for p in sorted(root.glob(pattern))]
-    return {i for path in paths if path.is_file() for i in intervals(path.read_text(encoding="utf-8"))}
+    return {i for path in report_paths(root) if path.is_file() for i in intervals(path.read_text(encoding="utf-8"))}
 
 
 def unsourced_intervals(readme: str, found: set[str]) -> list[str]:
