@@ -8,8 +8,8 @@ not). A negative number must be quoted negative; a percent sign is not compared.
 code (`...` or fenced blocks) are not claims and are skipped. An estimate quoted with its interval,
 `+0.046 [+0.013, +0.079]`, must appear as that whole triple in a generated report (a table cell
 boundary between the estimate and its interval is allowed): three numbers each found somewhere are
-not enough. Regenerate the reports with
-`python -m scripts.make_reports`, then quote them; never retype a number.
+not enough. Regenerate the reports with `python -m scripts.make_reports`, then quote them; never
+retype a number.
 """
 
 from __future__ import annotations
@@ -70,8 +70,7 @@ def report_paths(root: Path) -> list[Path]:
 def generated_numbers(root: Path = REPO) -> tuple[set[tuple[str, str]], list[str]]:
     """Every (sign, digits) the generated files hold, and the files read."""
     found, sources = set(), []
-    paths = report_paths(root)
-    for path in paths:
+    for path in report_paths(root):
         if path.is_file():
             found.update(decimals(path.read_text(encoding="utf-8")))
             sources.append(str(path.relative_to(root)))
