@@ -2,11 +2,15 @@
 also usable as initialisation rounds. Each turns the sentence table into a pair table
 (infocse.pairs, `cluster` = -1):
 
-- simcse:  (s, s); dropout alone makes the two views differ (SimCSE).
-- mirror:  (s, s with a random span of words masked) (Mirror-BERT).
-- consert: (s, s with its words shuffled, then some dropped) (ConSERT shuffle + cutoff).
-- ict:     (s, its surrounding sentences, s itself usually removed) (Inverse Cloze Task).
-- conpono: (s, t) for sentences of one document at most `window` apart (CONPONO neighbours).
+- simcse:              (s, s); dropout alone makes the two views differ (SimCSE).
+- mirror:              (s, s with one random span of 5 characters replaced by one mask token,
+                       sentences under 30 characters left whole) (Mirror-BERT's `erase_and_mask`).
+- text_shuffle_cutoff: (s, s with its words shuffled, then some dropped): ConSERT-style views
+                       made on the text, not ConSERT itself, whose augmentations act inside the
+                       encoder (docs/method.md).
+- ict:                 (s, its surrounding sentences, s itself usually removed) (Inverse Cloze Task).
+- neighbours:          (s, t) for sentences of one document at most `window` apart: neighbour
+                       pairs, CONPONO-style (not CONPONO's per-offset prediction objective).
 
 Pure functions of the table and a seed: all randomness comes from numpy.random.default_rng(seed).
 """
@@ -22,7 +26,8 @@ from infocse.errors import StageError
 from infocse.pairs import cap_pairs, checked_document_codes, document_codes, document_offsets, pair_table, \
     pair_table_statistics
 
-ANNOTATORS = ("simcse", "mirror", "consert", "ict", "conpono")
+ANNOTATORS = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
+MIRROR_MIN_CHARS = 30  # Mirror-BERT leaves a sentence shorter than this whole (its `erase_and_mask`)
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -31,6 +36,12 @@ def document_bounds(sentences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     offsets = document_offsets(checked_document_codes(sentences))
     sizes = np.diff(offsets)
     return np.repeat(offsets[:-1], sizes), np.repeat(offsets[1:], sizes)
+
+
+def training_length(method: str, options: AnnotatorOptions, max_seq_length: int) -> int:
+    """The training length for `method`'s pairs: ICT's contexts need `ict_max_seq_length` tokens
+    (up to 7 sentences), the other annotators' sentences fit the trainer's `max_seq_length`."""
+    return max(max_seq_length, options.ict_max_seq_length) if method == "ict" else max_seq_length
 
 
 def split_words(sentences: pd.DataFrame) -> tuple[list[list[str]], np.ndarray]:
@@ -46,21 +57,24 @@ def simcse_pairs(sentences: pd.DataFrame) -> pd.DataFrame:
     return pair_table(sentences, rows, sentences["sentence_id"].to_numpy(), sentences["text"].to_numpy())
 
 
-def mirror_pairs(sentences: pd.DataFrame, span_words: int, mask_token: str, seed: int) -> pd.DataFrame:
-    """Mirror-BERT: each sentence against a copy with one random span of `span_words` words
-    masked (one mask per word; clipped to the sentence, start uniform among valid starts)."""
+def mirror_pairs(sentences: pd.DataFrame, span_chars: int, mask_token: str, seed: int) -> pd.DataFrame:
+    """Mirror-BERT: each sentence against a copy in which one random span of `span_chars`
+    characters (start uniform) is replaced by a single mask token, spaced off from both sides;
+    a sentence shorter than MIRROR_MIN_CHARS (or than the span) stays whole, dropout alone
+    making its two views differ."""
     rng = np.random.default_rng(seed)
-    words, lengths = split_words(sentences)
-    spans = np.minimum(span_words, lengths)
-    starts = rng.integers(0, lengths - spans + 1)
-    masked = [" ".join(w[:start] + [mask_token] * span + w[start + span:])
-              for w, start, span in zip(words, starts.tolist(), spans.tolist())]
+    texts = sentences["text"].tolist()
+    lengths = np.array([len(text) for text in texts], dtype=np.int64)
+    maskable = (lengths >= MIRROR_MIN_CHARS) & (lengths > span_chars)
+    starts = rng.integers(0, np.maximum(lengths - span_chars, 1))
+    masked = [f"{text[:start]} {mask_token} {text[start + span_chars:]}" if can else text
+              for text, start, can in zip(texts, starts.tolist(), maskable.tolist())]
     return pair_table(sentences, np.arange(len(sentences)), sentences["sentence_id"].to_numpy(), masked)
 
 
-def consert_pairs(sentences: pd.DataFrame, cutoff: float, seed: int) -> pd.DataFrame:
-    """ConSERT on text: each sentence against its words shuffled, then each dropped with
-    probability `cutoff` (the first shuffled word is kept if all would go)."""
+def text_shuffle_cutoff_pairs(sentences: pd.DataFrame, cutoff: float, seed: int) -> pd.DataFrame:
+    """ConSERT-style views on the text: each sentence against its words shuffled, then each
+    dropped with probability `cutoff` (the first shuffled word is kept if all would go)."""
     rng = np.random.default_rng(seed)
     words, lengths = split_words(sentences)
     owner = np.repeat(np.arange(len(words)), lengths)
@@ -91,9 +105,9 @@ def ict_pairs(sentences: pd.DataFrame, context_sentences: int, remove_probabilit
     return pair_table(sentences, rows, np.full(len(rows), -1), contexts)
 
 
-def conpono_pairs(sentences: pd.DataFrame, window: int) -> pd.DataFrame:
-    """CONPONO-style neighbours: every pair of sentences of one document 1..`window` apart,
-    once each, earlier sentence first."""
+def neighbour_pairs(sentences: pd.DataFrame, window: int) -> pd.DataFrame:
+    """Neighbour pairs (CONPONO-style): every pair of sentences of one document 1..`window`
+    apart, once each, earlier sentence first."""
     codes = checked_document_codes(sentences)
     firsts, seconds = [], []
     for gap in range(1, min(window, len(codes) - 1) + 1):
@@ -112,13 +126,13 @@ def annotate(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, se
     if method == "simcse":
         return simcse_pairs(sentences)
     if method == "mirror":
-        return mirror_pairs(sentences, options.mirror_span_words, mask_token, seed)
-    if method == "consert":
-        return consert_pairs(sentences, options.consert_cutoff, seed)
+        return mirror_pairs(sentences, options.mirror_span_chars, mask_token, seed)
+    if method == "text_shuffle_cutoff":
+        return text_shuffle_cutoff_pairs(sentences, options.text_cutoff_rate, seed)
     if method == "ict":
         return ict_pairs(sentences, options.ict_context_sentences, options.ict_remove_probability, seed)
-    if method == "conpono":
-        return conpono_pairs(sentences, options.conpono_window)
+    if method == "neighbours":
+        return neighbour_pairs(sentences, options.neighbour_window)
     raise StageError(f"unknown annotator {method!r}: expected one of {', '.join(ANNOTATORS)}")
 
 

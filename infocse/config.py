@@ -20,7 +20,9 @@ from infocse.errors import StageError
 PARAMS_FILE = Path("params.yaml")
 
 CORPUS_SOURCES = ("bbc", "manpages", "jsonl", "parquet", "txt")
-INIT_METHODS = ("none", "simcse", "mirror", "consert", "ict", "conpono")
+MIX_ORDERS = ("interleaved", "concatenated")
+INIT_METHODS = ("none", "simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
+RENAMED_METHODS = {"conpono": "neighbours", "consert": "text_shuffle_cutoff"}  # what each old name ran
 IDC_METHODS = ("partition", "kmeans")
 ENGINES = ("local", "ray")
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
@@ -38,15 +40,18 @@ class CorpusConfig:
     title_first_line: bool
     manpages_root: str
     max_documents: int | None  # None: all
+    mix_sources: int  # source documents per training document; 1: no mixing
+    mix_order: str  # interleaved | concatenated (infocse/corpora/mix.py)
 
 
 @dataclass(frozen=True)
 class AnnotatorOptions:
-    mirror_span_words: int
-    consert_cutoff: float
+    mirror_span_chars: int
+    text_cutoff_rate: float
     ict_context_sentences: int
     ict_remove_probability: float
-    conpono_window: int
+    ict_max_seq_length: int
+    neighbour_window: int
 
 
 @dataclass(frozen=True)
@@ -330,18 +335,27 @@ def parse_config(raw: dict) -> Config:
         title_first_line=read.flag("corpus.title_first_line", default=True),
         manpages_root=read.text("corpus.manpages_root", default="auto"),
         max_documents=read.integer("corpus.max_documents", allow_all=True, default="all"),
+        mix_sources=read.integer("corpus.mix.sources", default=1),
+        mix_order=read.choice("corpus.mix.order", MIX_ORDERS, default="interleaved"),
     )
     split = {name: read.number(f"split.{name}", 0.0, 1.0) for name in SPLITS}
     if not read.problems and abs(sum(split.values()) - 1.0) > 1e-6:
         read.problems.append(f"params `split` fractions must sum to 1, got {split}")
 
-    init_method = read.choice("init.method", INIT_METHODS, default="none")
+    old = read.value("init.method", "none")
+    if isinstance(old, str) and old in RENAMED_METHODS:
+        read.problems.append(f"params `init.method` {old!r} is now {RENAMED_METHODS[old]!r}, the name of what it "
+                             "runs (docs/method.md)")
+        init_method = RENAMED_METHODS[old]
+    else:
+        init_method = read.choice("init.method", INIT_METHODS, default="none")
     annotators = AnnotatorOptions(
-        mirror_span_words=read.integer("annotators.mirror_span_words"),
-        consert_cutoff=read.number("annotators.consert_cutoff", 0.0, 1.0),
+        mirror_span_chars=read.integer("annotators.mirror_span_chars"),
+        text_cutoff_rate=read.number("annotators.text_cutoff_rate", 0.0, 1.0),
         ict_context_sentences=read.integer("annotators.ict_context_sentences"),
         ict_remove_probability=read.number("annotators.ict_remove_probability", 0.0, 1.0),
-        conpono_window=read.integer("annotators.conpono_window"),
+        ict_max_seq_length=read.integer("annotators.ict_max_seq_length"),
+        neighbour_window=read.integer("annotators.neighbour_window"),
     )
     budget = Budget(read.integer("budget.max_pairs_per_document", allow_all=True),
                     read.integer("budget.max_pairs", allow_all=True))

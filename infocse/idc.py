@@ -11,9 +11,8 @@ document; the blocks and batches are spread over torch's threads, so at most abo
 similarity rows exist at once. Each row keeps its top K by
 partial selection (repeated argmax, or topk with a full sort only for rows tied at the K-th
 place). All neighbours go through one sparse connected-components call. The pairs of a cluster
-are never all built when the budget caps them: they come in a known order, so the budget's
-random keys are drawn chunk by chunk along that order and only the pairs that can be kept are
-looked at.
+are never all built when the budget caps them: they are numbered in a known order, the budget
+draws the numbers it keeps, and only those pairs are built.
 
 K-means IDC (the paper's ablation): one global K-means over all sentences; the sentences of a
 document that share a global cluster form that document's cluster.
@@ -21,7 +20,6 @@ document that share a global cluster form that document's cluster.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import defaultdict
@@ -36,11 +34,10 @@ from scipy.sparse.csgraph import connected_components
 
 from infocse.config import Budget, IdcConfig
 from infocse.errors import StageError
-from infocse.pairs import cluster_statistics, document_codes, document_offsets, pair_table, pair_table_statistics
+from infocse.pairs import cluster_statistics, document_codes, document_offsets, kept_pair_numbers, pair_table, \
+    pair_table_statistics
 
 ARGMAX_ROUNDS = 4  # top-K by repeated argmax up to this K (cheaper than topk there), by topk beyond
-KEY_CHUNK = 1 << 20  # budget keys drawn at once (8 MB, which malloc reuses): bounds memory, never the result
-GRID_ENTRIES = 1 << 22  # candidate keys ranked at once
 BMM_ROWS = 15  # rows of one document multiplied at once: torch's CPU bmm is 2-3x slower per flop from 16 rows up
 
 
@@ -214,128 +211,12 @@ def intra_cluster_pairs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ClusterPairs(labels).all()
 
 
-def keys_below(seed: int, doc_ends: np.ndarray, thresholds: np.ndarray, low: int,
-               high: int) -> tuple[np.ndarray, np.ndarray]:
-    """The keys of pair numbers [low, high), i.e. draws low..high-1 of default_rng(seed) (a PCG64
-    advanced to draw `low` continues the stream exactly), that fall below their document's
-    threshold, as (numbers, keys)."""
-    generator = np.random.Generator(np.random.PCG64(seed))
-    generator.bit_generator.advance(low)
-    drawn = generator.random(high - low)
-    first_doc, last_doc = np.searchsorted(doc_ends, [low, high - 1], side="right")
-    if np.isinf(thresholds[first_doc:last_doc + 1]).all():  # documents that keep every key as a candidate
-        below = np.arange(high - low)
-    elif first_doc == last_doc:
-        below = np.flatnonzero(drawn < thresholds[first_doc])
-    else:
-        spans = np.minimum(doc_ends[first_doc:last_doc + 1], high) - \
-            np.maximum(np.r_[low, doc_ends[first_doc:last_doc]], low)
-        below = np.flatnonzero(drawn < np.repeat(thresholds[first_doc:last_doc + 1], spans))
-    return below + low, drawn[below]
-
-
-def candidate_keys(seed: int, doc_ends: np.ndarray, thresholds: np.ndarray, start: int, stop: int,
-                   chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """`keys_below` over [start, stop), `chunk` keys at a time, chunks spread over torch's thread
-    count (numpy draws and compares without the GIL), in order."""
-    spans = [(low, min(stop, low + chunk)) for low in range(start, stop, chunk)]
-    with ThreadPoolExecutor(max(1, min(torch.get_num_threads(), len(spans)))) as pool:
-        parts = list(pool.map(lambda span: keys_below(seed, doc_ends, thresholds, *span), spans))
-    return (np.concatenate([np.empty(0, np.int64)] + [numbers for numbers, _ in parts]),
-            np.concatenate([np.empty(0)] + [keys for _, keys in parts]))
-
-
-def smallest_per_group(keys: np.ndarray, group_sizes: np.ndarray, keep: int) -> np.ndarray:
-    """Mask of the `keep` smallest keys of each group (groups are consecutive runs), ties to the
-    earlier entry (a stable sort's choice): each group's keep-th smallest key by partial selection
-    in a padded grid of groups, a few groups at a time."""
-    mask = np.ones(len(keys), bool)
-    if not len(group_sizes) or group_sizes.max() <= keep:
-        return mask
-    ends = np.cumsum(group_sizes)
-    per_grid = max(1, GRID_ENTRIES // int(group_sizes.max()))
-    for low in range(0, len(group_sizes), per_grid):
-        sizes = group_sizes[low:low + per_grid]
-        first, last = int(ends[low] - group_sizes[low]), int(ends[low + len(sizes) - 1])
-        starts = np.cumsum(sizes) - sizes
-        row = np.repeat(np.arange(len(sizes)), sizes)
-        part = keys[first:last]
-        grid = np.full((len(sizes), int(sizes.max())), np.inf)
-        grid[row, np.arange(len(part)) - starts[row]] = part
-        cutoff = np.partition(grid, keep - 1, axis=1)[:, keep - 1] if grid.shape[1] > keep else grid.max(axis=1)
-        below = part < cutoff[row]
-        room = keep - np.add.reduceat(below, starts).astype(np.int64)
-        equal = np.flatnonzero(part == cutoff[row])  # usually the keep-th key alone; more on a tie
-        equal_rank = np.arange(len(equal)) - np.searchsorted(row[equal], row[equal], side="left")
-        below[equal[equal_rank < room[row[equal]]]] = True
-        mask[first:last] = below
-    return mask
-
-
-def kept_pair_numbers(doc_pairs: np.ndarray, budget: Budget, seed: int, chunk: int = KEY_CHUNK,
-                      margin: float = 6.0) -> np.ndarray | None:
-    """Numbers of the pairs the budget keeps (None: all), given each document's pair count: the
-    same pairs as `infocse.pairs.cap_pairs` over all pairs in order (one key per pair from
-    default_rng(seed); per document the `max_pairs_per_document` smallest keys; then
-    `max_pairs` chosen uniformly by the same generator), in memory O(documents x cap + chunk).
-    A document's smallest keys lie below a threshold that keeps about cap + margin * sqrt(cap) + 10
-    of its keys; in the rare document where fewer fall below it, its keys are drawn again (the
-    generator jumps to them) with a higher one."""
-    rng = np.random.default_rng(seed)
-    total = int(doc_pairs.sum())
-    kept = None
-    cap = budget.max_pairs_per_document
-    if cap is not None and total:
-        rng.bit_generator.advance(total)  # where drawing every key one after another would leave it
-        doc_ends = np.cumsum(doc_pairs)
-        expected = cap + margin * math.sqrt(cap) + 10
-        thresholds = np.where(doc_pairs <= expected, np.inf, expected / np.maximum(doc_pairs, 1))
-        numbers, keys = candidate_keys(seed, doc_ends, thresholds, 0, total, chunk)
-        found = np.diff(np.searchsorted(numbers, np.r_[0, doc_ends]))
-        short = np.flatnonzero(found < np.minimum(cap, doc_pairs))
-        if len(short):
-            numbers, keys = redraw_short_documents(seed, doc_ends, doc_pairs, thresholds, short, cap, numbers, keys,
-                                                   chunk)
-            found = np.diff(np.searchsorted(numbers, np.r_[0, doc_ends]))
-        kept = numbers[smallest_per_group(keys, found[found > 0], cap)]
-    if budget.max_pairs is not None:
-        available = total if kept is None else len(kept)
-        if available > budget.max_pairs:
-            chosen = rng.choice(available, size=budget.max_pairs, replace=False)
-            kept = np.sort(chosen if kept is None else kept[chosen])
-    return kept
-
-
-def redraw_short_documents(seed: int, doc_ends: np.ndarray, doc_pairs: np.ndarray, thresholds: np.ndarray,
-                           short: np.ndarray, cap: int, numbers: np.ndarray, keys: np.ndarray,
-                           chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """The candidates again, with each short document's keys redrawn under a threshold raised
-    until it holds `cap` of them."""
-    doc_of = np.searchsorted(doc_ends, numbers, side="right")
-    drop = np.isin(doc_of, short)
-    numbers, keys = [numbers[~drop]], [keys[~drop]]
-    for doc in short.tolist():
-        start, stop, threshold = int(doc_ends[doc] - doc_pairs[doc]), int(doc_ends[doc]), float(thresholds[doc])
-        while True:
-            threshold = threshold * 4
-            found_numbers, found_keys = candidate_keys(seed, doc_ends, np.full(len(doc_ends), threshold),
-                                                       start, stop, chunk)
-            if len(found_numbers) >= min(cap, stop - start):
-                break
-        numbers.append(found_numbers)
-        keys.append(found_keys)
-    numbers, keys = np.concatenate(numbers), np.concatenate(keys)
-    order = np.argsort(numbers, kind="stable")
-    return numbers[order], keys[order]
-
-
-def cluster_pairs(labels: np.ndarray, doc_codes: np.ndarray, budget: Budget, seed: int,
-                  chunk: int = KEY_CHUNK) -> tuple[np.ndarray, np.ndarray]:
-    """(first, second) of the positives the budget keeps, in (first, second) order: exactly
-    `cap_pairs(doc_codes[first], budget, seed)` applied to `intra_cluster_pairs(labels)`, with
+def cluster_pairs(labels: np.ndarray, doc_codes: np.ndarray, budget: Budget, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, second) of the positives the budget keeps, in (first, second) order: the budget's
+    choice (`infocse.pairs.kept_pair_numbers`) among the numbered pairs of `ClusterPairs`, with
     only the kept pairs ever built (all of them when nothing caps them)."""
     pairs = ClusterPairs(labels)
-    numbers = kept_pair_numbers(pairs.per_document(document_offsets(doc_codes)), budget, seed, chunk)
+    numbers = kept_pair_numbers(pairs.per_document(document_offsets(doc_codes)), budget, seed)
     return pairs.all() if numbers is None else pairs.at(numbers)
 
 

@@ -1,5 +1,11 @@
 """The InfoCSE loop in one process (InfoCSE++): embed -> IDC -> train -> score, early-stopped
 on validation by the same state as the staged pipeline (infocse/stopping.py).
+
+The same steps, seeds and lengths as the stages embed@t, cluster@t, train@t and evaluate@t (a
+test runs both on a tiny corpus and compares pairs and metrics). Two settings do not apply
+here, by design: `engine` (the local engine mines exactly the ray engine's pairs) and
+`idc.first_round_annotator` (it mines round 1 of the main loop; an InfoCSE++ round starts from
+a fine-tuned model, which mines its own pairs).
 """
 
 from __future__ import annotations
@@ -14,15 +20,17 @@ from infocse.errors import StageError
 from infocse.idc import cluster_sentences
 from infocse.models import sequence_length
 from infocse.retrieval import scored
+from infocse.seeds import derived_seed
 from infocse.stopping import next_state
 from infocse.training import train_at_length
 
 
 def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataFrame, device: str,
-             loop: LoopConfig | None = None) -> list[dict]:
+             loop: LoopConfig | None = None, round_number: int = 1) -> list[dict]:
     """InfoCSE iterations on `model`, in place and in one process: embed -> IDC -> train -> score,
-    early-stopped on validation exactly as the staged loop is. `model` ends as the iteration
-    validation chose; returns one entry per iteration run."""
+    early-stopped on validation exactly as the staged loop is; `round_number` (InfoCSE++'s round)
+    gives each round its own random draws. `model` ends as the iteration validation chose;
+    returns one entry per iteration run."""
     loop = loop or config.loop
     texts = sentences["text"].tolist()
     result = scored(model, documents, config)
@@ -34,14 +42,18 @@ def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataF
             break
         with sequence_length(model, config.embed.max_seq_length):
             embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.embed.precision)
-        pairs, stats = cluster_sentences(config.idc, config.budget, config.seed, sentences, embeddings)
+        pairs, stats = cluster_sentences(config.idc, config.budget, derived_seed(config.seed, "pairs", t, round_number),
+                                         sentences, embeddings)
         if pairs.empty:
-            raise StageError(f"iteration {t}: IDC found no positive pairs")
-        train_at_length(model, pairs, config.train, config.seed, device)
+            raise StageError(f"round {round_number}, iteration {t}: IDC found no positive pairs")
+        train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", t, round_number), device,
+                        label=f"round {round_number}, iteration {t}")
         result = scored(model, documents, config)
         state = next_state(state, t, result["score"], loop.patience, loop.max_iterations)
         if state["best_iteration"] == t:
             best_weights = copy.deepcopy(model.state_dict())
-        history.append({"iteration": t, "val": result["val"], "test": result["test"], "pairs": stats["pairs"]})
+        stats.pop("idc_seconds")
+        history.append({"iteration": t, "val": result["val"], "test": result["test"], "pairs": stats["pairs"],
+                        "pair_statistics": stats})
     model.load_state_dict(best_weights)
     return [{**entry, "chosen": entry["iteration"] == state["best_iteration"]} for entry in history]

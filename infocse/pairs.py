@@ -63,21 +63,38 @@ def empty_pair_table() -> pd.DataFrame:
     return pd.DataFrame({column: pd.Series(dtype=dtype) for column, dtype in PAIR_DTYPES.items()})
 
 
-def cap_pairs(doc_codes: np.ndarray, budget: Budget, seed: int) -> np.ndarray:
-    """Indices of the pairs kept, given each pair's document: at most `max_pairs_per_document` per
-    document, then at most `max_pairs` in all, sampled uniformly with `seed` (pair counts grow
-    with the square of cluster size)."""
+def kept_pair_numbers(doc_pairs: np.ndarray, budget: Budget, seed: int) -> np.ndarray | None:
+    """Numbers of the pairs the budget keeps (None: all), given each document's pair count, a
+    document's pairs being one consecutive run of numbers: at most `max_pairs_per_document` of each
+    document, drawn uniformly without replacement, then at most `max_pairs` of those in all, drawn
+    uniformly (pair counts grow with the square of cluster size). Only the kept numbers are ever
+    built, so a document of a million pairs costs its cap, not a million."""
     rng = np.random.default_rng(seed)
-    kept = np.arange(len(doc_codes))
-    if budget.max_pairs_per_document is not None and len(kept):
-        order = np.lexsort((rng.random(len(kept)), doc_codes))
-        docs_sorted = doc_codes[order]
-        starts = np.r_[0, np.flatnonzero(docs_sorted[1:] != docs_sorted[:-1]) + 1]
-        rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-        kept = np.sort(order[rank < budget.max_pairs_per_document])
-    if budget.max_pairs is not None and len(kept) > budget.max_pairs:
-        kept = np.sort(rng.choice(kept, size=budget.max_pairs, replace=False))
+    doc_pairs = np.asarray(doc_pairs, dtype=np.int64)
+    total = int(doc_pairs.sum())
+    cap = budget.max_pairs_per_document
+    kept = None
+    if cap is not None and (doc_pairs > cap).any():
+        starts = np.cumsum(doc_pairs) - doc_pairs
+        whole = doc_pairs <= cap
+        sizes = doc_pairs[whole]  # documents within the cap keep every pair: their runs, concatenated
+        parts = [np.repeat(starts[whole] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))]
+        parts += [start + rng.choice(count, cap, replace=False)
+                  for start, count in zip(starts[~whole].tolist(), doc_pairs[~whole].tolist())]
+        kept = np.sort(np.concatenate(parts))
+    available = total if kept is None else len(kept)
+    if budget.max_pairs is not None and available > budget.max_pairs:
+        chosen = np.sort(rng.choice(available, size=budget.max_pairs, replace=False))
+        kept = chosen if kept is None else kept[chosen]
     return kept
+
+
+def cap_pairs(doc_codes: np.ndarray, budget: Budget, seed: int) -> np.ndarray:
+    """Indices of the pairs kept, given each pair's document (pairs grouped by document): the
+    numbers of `kept_pair_numbers`."""
+    doc_codes = np.asarray(doc_codes, dtype=np.int64)
+    kept = kept_pair_numbers(np.diff(document_offsets(doc_codes)), budget, seed)
+    return np.arange(len(doc_codes)) if kept is None else kept
 
 
 def token_jaccard(text_a: str, text_b: str) -> float:

@@ -21,8 +21,8 @@ def run_round(model, config: Config, number: int, previous_state: dict, sentence
               documents: pd.DataFrame, labels: pd.DataFrame, device: str) -> dict:
     """Round `number` on `model` (round r-1's fine-tuned model), in place: InfoCSE, then fine-tuning.
     Returns the round's metrics and the InfoCSE++ state after it."""
-    history = run_loop(model, config, sentences, documents, device)
-    result = finetune_and_score(model, labels, config, device, documents)
+    history = run_loop(model, config, sentences, documents, device, round_number=number)
+    result = finetune_and_score(model, labels, config, device, documents, round_number=number)
     state = next_state(previous_state, number, result["score"], config.plusplus.patience)
     if number >= config.plusplus.max_rounds:
         state["continue"] = False

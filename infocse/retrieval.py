@@ -12,6 +12,7 @@ import pandas as pd
 
 from infocse.config import Config, EvaluateConfig
 from infocse.embedding import embed_sentences
+from infocse.errors import StageError
 from infocse.models import sequence_length
 
 CUTOFFS = (1, 5, 10)
@@ -19,10 +20,15 @@ EVALUATED_SPLITS = ("val", "test")
 
 
 def gold_ranks(query_embeddings: np.ndarray, candidate_embeddings: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    """0-based rank of each query's gold candidate: how many candidates score strictly higher."""
+    """0-based rank of each query's gold candidate, ties counted against the gold: how many other
+    candidates score at least as high. A model that cannot tell the gold from another candidate
+    gets no credit for it (a collapsed model, all scores equal, ranks every gold last). Scores
+    must be finite: a NaN compares false with everything, and would rank first."""
     scores = query_embeddings @ candidate_embeddings.T
+    if not np.isfinite(scores).all():
+        raise StageError("non-finite similarity scores: the embeddings hold NaN or infinity")
     gold_scores = scores[np.arange(len(gold)), gold]
-    return (scores > gold_scores[:, None]).sum(axis=1).astype(np.int64)
+    return ((scores >= gold_scores[:, None]).sum(axis=1) - 1).astype(np.int64)
 
 
 def per_query_scores(ranks: np.ndarray) -> dict[str, np.ndarray]:

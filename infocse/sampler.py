@@ -1,7 +1,9 @@
 """Document-disjoint batches: in-batch negatives come from other documents only.
 
 Two sentences of one document may be true positives of each other, so a batch never holds two
-pairs of one document. The batches are planned up front (pair row indices) and handed to the
+pairs of one document. Nor does it hold one text twice (as sentence-transformers'
+no-duplicates sampler ensures): a sentence repeated across documents (a byline, "he said.")
+would otherwise be its own negative. The batches are planned up front (pair row indices) and handed to the
 trainer by `PrecomputedBatchSampler`. Two ways to fill them (params `train.sampler`):
 
 - `greedy`: shuffle the pairs, fill each batch in that order, skipping a document already in it.
@@ -24,11 +26,17 @@ import numpy as np
 from sentence_transformers.base.sampler import DefaultBatchSampler
 
 
-def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int,
-                              multiple_of: int = 1) -> list[list[int]]:
-    """Shuffle pairs with `seed` and fill batches greedily, skipping a pair whose document is
-    already in the batch (it waits for the next one). Batches of fewer than two pairs, which
-    have no negatives, are dropped.
+def conflicts(text_codes: np.ndarray | None, index: int, texts: set) -> bool:
+    """Whether pair `index` has a text already among `texts` (a batch's texts)."""
+    return text_codes is not None and not texts.isdisjoint(text_codes[index])
+
+
+def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1,
+                              text_codes: np.ndarray | None = None) -> list[list[int]]:
+    """Shuffle pairs with `seed` and fill batches greedily, skipping a pair whose document (or,
+    given `text_codes`, (pairs, 2) codes of its two texts, one of whose texts) is already in the
+    batch: it waits for the next one. Batches of fewer than two pairs, which have no negatives,
+    are dropped.
 
     With `multiple_of` > 1 (the number of devices sharing each batch), a batch is cut to a multiple
     of it so that every device gets an equal slice; the pairs cut off wait for the next batch."""
@@ -37,17 +45,19 @@ def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int,
     codes = np.asarray(doc_codes).tolist()
     batches: list[list[int]] = []
     while waiting:
-        batch, docs, deferred = [], set(), []
+        batch, docs, texts, deferred = [], set(), set(), []
         filled_at = len(waiting)
         for position, index in enumerate(waiting):
             if len(batch) == batch_size:  # every later pair waits: stop scanning (linear, not quadratic)
                 filled_at = position
                 break
-            if codes[index] in docs:
+            if codes[index] in docs or conflicts(text_codes, index, texts):
                 deferred.append(index)
             else:
                 batch.append(index)
                 docs.add(codes[index])
+                if text_codes is not None:
+                    texts.update(text_codes[index].tolist())
         deferred += waiting[filled_at:]
         if multiple_of > 1 and len(batch) % multiple_of:
             batch = batch[: len(batch) - len(batch) % multiple_of]
@@ -60,12 +70,15 @@ def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int,
     return batches
 
 
-def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1) -> list[list[int]]:
+def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1,
+                   text_codes: np.ndarray | None = None) -> list[list[int]]:
     """Full batches only: each takes one pair from each of the `batch_size` documents with the most
     pairs left (ties broken at random with `seed`; a document's pairs in an order shuffled with
     `seed`), while at least `batch_size` documents hold pairs. Taking from the largest documents
     first forms the most full batches any document-disjoint batching can. With `multiple_of` > 1
-    the batch size is cut to a multiple of it (each device takes an equal slice)."""
+    the batch size is cut to a multiple of it (each device takes an equal slice). Given
+    `text_codes`, a document whose next pair repeats a text of the batch sits this batch out;
+    once no full batch can be formed, batching ends."""
     size = batch_size - batch_size % multiple_of
     codes = np.asarray(doc_codes, dtype=np.int64)
     rng = np.random.default_rng(seed)
@@ -77,9 +90,22 @@ def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_o
     heapq.heapify(heap)
     batches: list[list[int]] = []
     while size >= 2 and len(heap) >= size:
-        batch = []
-        for negative_left, _, doc in [heapq.heappop(heap) for _ in range(size)]:
-            batch.append(left[doc].pop())
+        batch, texts, taken, sat_out = [], set(), [], []
+        while len(batch) < size and heap:
+            entry = heapq.heappop(heap)
+            index = left[entry[2]][-1]
+            if conflicts(text_codes, index, texts):
+                sat_out.append(entry)
+                continue
+            batch.append(left[entry[2]].pop())
+            taken.append(entry)
+            if text_codes is not None:
+                texts.update(text_codes[index].tolist())
+        for entry in sat_out:
+            heapq.heappush(heap, entry)
+        if len(batch) < size:
+            break
+        for negative_left, _, doc in taken:
             if negative_left + 1 < 0:  # pairs left after this one: back in, with a fresh tie-break
                 heapq.heappush(heap, (negative_left + 1, next(tie_breaks), doc))
         batches.append(batch)
@@ -89,10 +115,10 @@ def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_o
 SAMPLER_FUNCTIONS = {"greedy": document_disjoint_batches, "spread": spread_batches}
 
 
-def sampled_batches(sampler: str, doc_codes: np.ndarray, batch_size: int, seed: int,
-                    multiple_of: int = 1) -> list[list[int]]:
+def sampled_batches(sampler: str, doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1,
+                    text_codes: np.ndarray | None = None) -> list[list[int]]:
     """One epoch's batches (pair row indices) by the sampler named in params `train.sampler`."""
-    return SAMPLER_FUNCTIONS[sampler](doc_codes, batch_size, seed, multiple_of=multiple_of)
+    return SAMPLER_FUNCTIONS[sampler](doc_codes, batch_size, seed, multiple_of=multiple_of, text_codes=text_codes)
 
 
 def batch_statistics(batches: list[list[int]], doc_codes: np.ndarray, batch_size: int) -> dict:

@@ -10,22 +10,26 @@ the loss gathers the embeddings of all processes, so its negatives are the whole
 on one device.
 
 Precision (params `train.precision`): `auto` is bf16 mixed precision on a CUDA device that has
-it and fp32 elsewhere, so CPU runs are what they always were. bf16 may be asked for on the CPU
-too (torch's CPU autocast runs it; fast only on CPUs with bf16 instructions); fp16 needs CUDA.
+it and on a CPU with bf16 matrix instructions (AMX or AVX-512 BF16: `infocse.models.cpu_has_bf16`),
+fp32 elsewhere (a CPU without them would emulate bf16, slower than fp32). bf16 is the trainer's
+autocast: the weights, gradients and optimizer state stay fp32, the matrix products run in bf16.
+fp16 needs CUDA.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from infocse.config import TrainingConfig
 from infocse.errors import StageError
-from infocse.models import sequence_length
+from infocse.models import cpu_has_bf16, sequence_length
 from infocse.pairs import document_codes
 from infocse.sampler import PrecomputedBatchSampler, batch_statistics, sampled_batches
 
@@ -35,12 +39,20 @@ def distributed_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def text_codes(pairs: pd.DataFrame) -> np.ndarray:
+    """(pairs, 2): a code per distinct text, for the anchor and the positive of each pair."""
+    codes = pd.factorize(np.concatenate([pairs["text_a"].to_numpy(object), pairs["text_b"].to_numpy(object)]))[0]
+    return codes.reshape(2, -1).T.copy()
+
+
 def training_batches(pairs: pd.DataFrame, training: TrainingConfig, seed: int) -> list[list[int]]:
-    """The global batches of every epoch (pair row indices), document-disjoint, by `training.sampler`."""
+    """The global batches of every epoch (pair row indices), document-disjoint and with no text
+    twice in a batch, by `training.sampler`."""
     doc_codes = document_codes(pairs["doc_id"])
+    texts = text_codes(pairs)
     batches = [batch for epoch in range(training.epochs)
                for batch in sampled_batches(training.sampler, doc_codes, training.batch_size, seed + epoch,
-                                            multiple_of=training.devices)]
+                                            multiple_of=training.devices, text_codes=texts)]
     if not batches:
         documents = len(set(doc_codes.tolist()))
         if training.sampler == "spread" and documents >= 2:
@@ -53,12 +65,13 @@ def training_batches(pairs: pd.DataFrame, training: TrainingConfig, seed: int) -
 
 def training_precision(device: str, precision: str, bf16_supported: bool) -> str:
     """fp32, bf16 or fp16: what params `precision` means on `device`. `bf16_supported` is
-    `torch.cuda.is_bf16_supported()` on CUDA (the CPU always has bf16 autocast). `auto` is bf16 on
-    CUDA that has it, else fp32; a choice the device cannot run is one clear error, not a silent
-    fallback (the trainer would quietly train fp16 on the CPU in fp32)."""
+    `torch.cuda.is_bf16_supported()` on CUDA and `cpu_has_bf16()` on the CPU. `auto` is bf16 where
+    it is supported, else fp32. An explicit bf16 runs on any CPU (torch's CPU autocast emulates it
+    where the instructions are missing); a choice the device cannot run is one clear error, not a
+    silent fallback (the trainer would quietly train fp16 on the CPU in fp32)."""
     cuda = str(device).startswith("cuda")
     if precision == "auto":
-        return "bf16" if cuda and bf16_supported else "fp32"
+        return "bf16" if bf16_supported else "fp32"
     if precision == "fp16" and not cuda:
         raise StageError(f"training precision fp16 needs a CUDA device, but the device is {device}: "
                          "set params `train.precision` (or `finetune.precision`) to auto, fp32 or bf16")
@@ -72,12 +85,11 @@ def training_precision(device: str, precision: str, bf16_supported: bool) -> str
 
 def device_training_precision(device: str, precision: str) -> str:
     """`training_precision` for this machine's `device`."""
-    bf16_supported = True
     if str(device).startswith("cuda"):
         import torch
 
-        bf16_supported = torch.cuda.is_bf16_supported()
-    return training_precision(device, precision, bf16_supported)
+        return training_precision(device, precision, torch.cuda.is_bf16_supported())
+    return training_precision(device, precision, cpu_has_bf16())
 
 
 def dataloader_workers(device: str, devices: int) -> int:
@@ -99,8 +111,23 @@ def contrastive_loss(model, temperature: float, gather_across_devices: bool = Fa
                                         directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
 
 
+def finite_loss_callback(label: str):
+    """A trainer callback that stops training at the first non-finite logged loss, naming `label`
+    (e.g. "iteration 2"): a diverged model would otherwise be saved and scored as if it trained."""
+    from transformers import TrainerCallback
+
+    class StopOnNonFiniteLoss(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            loss = (logs or {}).get("loss")
+            if loss is not None and not math.isfinite(loss):
+                raise StageError(f"{label}: the training loss became {loss} by step {state.global_step}: lower "
+                                 "the learning rate, or set the precision to fp32")
+
+    return StopOnNonFiniteLoss()
+
+
 def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str,
-                   output_dir: Path | None = None) -> dict:
+                   output_dir: Path | None = None, label: str = "training") -> dict:
     """Train `model` in place on (text_a, text_b) pairs; return the loss curve, step counts and
     what the batches looked like.
 
@@ -137,14 +164,22 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
         learning_rate=training.learning_rate, warmup_steps=training.warmup_ratio, seed=seed,
         data_seed=seed, batch_sampler=sampler, save_strategy="no", report_to="none", logging_steps=10,
         use_cpu=device == "cpu", bf16=precision == "bf16", fp16=precision == "fp16",
+        logging_nan_inf_filter=False,  # the trainer would log a NaN step loss as the mean of the others
         dataloader_num_workers=dataloader_workers(device, world), disable_tqdm=False, **distributed,
     )
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss,
+                                         callbacks=[finite_loss_callback(label)])
     result = trainer.train()
+    # accelerate leaves a mixed-precision model's forward wrapped in autocast: unwrap it, so that a
+    # model scored or mined in this process afterwards encodes as its params say, not in bf16
+    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     curve = [{"step": row["step"], "loss": row["loss"]} for row in trainer.state.log_history if "loss" in row]
     train_loss = float(result.training_loss)
     if world > 1:
         train_loss = mean_over_processes(train_loss)
+    if not math.isfinite(train_loss):
+        raise StageError(f"{label}: the mean training loss is {train_loss}: lower the learning rate, or set the "
+                         "precision to fp32")
     used = sum(len(batch) for batch in batches)
     stats = {"steps": int(result.global_step), "train_loss": train_loss, "loss_curve": curve,
              "pairs_used": used, "pairs_dropped": len(pairs) * training.epochs - used,
@@ -155,10 +190,12 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
     return stats
 
 
-def train_at_length(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str) -> dict:
-    """Train at `training.max_seq_length` (short, for speed); the model keeps its own inference length."""
-    with sequence_length(model, training.max_seq_length):
-        return train_on_pairs(model, pairs, training, seed, device)
+def train_at_length(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str,
+                    label: str = "training", max_seq_length: int | None = None) -> dict:
+    """Train at `max_seq_length` (default `training.max_seq_length`: short, for speed); the model
+    keeps its own inference length."""
+    with sequence_length(model, max_seq_length or training.max_seq_length):
+        return train_on_pairs(model, pairs, training, seed, device, label=label)
 
 
 def mean_over_processes(value: float) -> float:

@@ -8,10 +8,12 @@
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports  # the run files are the data behind every report
 #
-# main:      seeds 0 1 2: the seed model + InfoCSE (init none), and one round of SimCSE, CONPONO, ICT
-# ablations: seed 0: Mirror-BERT, ConSERT, K=2, K=3, InfoCSE from each init (conpono, simcse,
-#            ict), round 1 mined by all-mpnet-base-v2; seeds 0 1 2: IDC K-means
-# sweep:     the pair budget, InfoCSE and CONPONO at the same budget, seeds 0 1 2: 2,560 pairs at
+# main:      seeds 0 1 2: the seed model + InfoCSE (init none), and one round of each baseline:
+#            SimCSE, Mirror-BERT, text shuffle + cutoff (ConSERT-style), ICT, neighbour pairs
+#            (CONPONO-style)
+# ablations: seed 0: K=2, K=3, InfoCSE from each init (neighbours, simcse, ict), round 1 mined by
+#            all-mpnet-base-v2; seeds 0 1 2: IDC K-means
+# sweep:     the pair budget, InfoCSE and neighbour pairs at the same budget, seeds 0 1 2: 2,560 pairs at
 #            20 per document (the default: the main runs), and every pair at 10, 20 and 40 per
 #            document (budget.max_pairs=all); BUDGETS="all10 ..." limits it to those budgets (names:
 #            default all10 all20 all40), e.g. `BUDGETS=all20 bash scripts/queue_comparison.sh sweep bbc`
@@ -57,31 +59,28 @@ for corpus in "${corpora[@]}"; do
   if [[ "$set_name" == main || "$set_name" == all ]]; then
     for seed in "${seeds[@]}"; do
       queue "$short-infocse-s$seed" "corpus.source=$corpus" "seed=$seed"
-      for method in simcse conpono ict; do
+      for method in simcse mirror text_shuffle_cutoff ict neighbours; do
         queue "$short-$method-s$seed" "corpus.source=$corpus" "seed=$seed" "init.method=$method" "loop.max_iterations=0"
       done
     done
   fi
   if [[ "$set_name" == ablations || "$set_name" == all ]]; then
-    for method in mirror consert; do
-      queue "$short-$method-s0" "corpus.source=$corpus" "seed=0" "init.method=$method" "loop.max_iterations=0"
-    done
     for seed in "${seeds[@]}"; do
       queue "$short-kmeans-s$seed" "corpus.source=$corpus" "seed=$seed" "idc.method=kmeans"
     done
     for k in 2 3; do
       queue "$short-k$k-s0" "corpus.source=$corpus" "seed=0" "idc.k=$k"
     done
-    for method in conpono simcse ict; do
+    for method in neighbours simcse ict; do
       queue "$short-infocse-init-$method-s0" "corpus.source=$corpus" "seed=0" "init.method=$method"
     done
     queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
   fi
   if [[ "$set_name" == sweep || "$set_name" == all ]]; then
-    # seed-major order, InfoCSE's budgets before CONPONO's: a queue stopped part-way still holds
+    # seed-major order, InfoCSE's budgets before the neighbour pairs': a queue stopped part-way still holds
     # every budget InfoCSE's setting is chosen from, at the first seeds
     for seed in "${seeds[@]}"; do
-      for method in infocse conpono; do
+      for method in infocse neighbours; do
         for budget in $sweep_budgets; do
           read -r per_document max_pairs <<< "${budgets[$budget]}"
           suffix="-$budget"
@@ -91,7 +90,7 @@ for corpus in "${corpora[@]}"; do
           fi
           limits=("budget.max_pairs_per_document=$per_document" "budget.max_pairs=$max_pairs")
           one_round=()
-          [[ "$method" == conpono ]] && one_round=("init.method=conpono" "loop.max_iterations=0")
+          [[ "$method" == neighbours ]] && one_round=("init.method=neighbours" "loop.max_iterations=0")
           queue "$short-$method$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" "${one_round[@]}"
         done
       done

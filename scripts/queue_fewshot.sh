@@ -3,7 +3,7 @@
 # self-supervised stages, labels, fine-tuning, InfoCSE++), then run them one at a time, export them
 # as committed run files and regenerate the reports:
 #
-#   bash scripts/queue_fewshot.sh BASELINE [corpus]   # BASELINE: the comparison's best by validation, e.g. conpono
+#   bash scripts/queue_fewshot.sh BASELINE [corpus]   # BASELINE: the comparison's best by validation, e.g. neighbours
 #   dvc queue start -j 1
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports
@@ -16,7 +16,7 @@
 # stages of one seed are computed once and restored from DVC's run cache for every other budget.
 # Override with the environment:
 #
-#   BUDGETS="100 all" ROUNDS=2 bash scripts/queue_fewshot.sh conpono manpages
+#   BUDGETS="100 all" ROUNDS=2 bash scripts/queue_fewshot.sh neighbours manpages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 baseline="${1:?usage: queue_fewshot.sh BASELINE [corpus]}"

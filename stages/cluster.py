@@ -11,12 +11,14 @@ import numpy as np
 import pandas as pd
 
 from infocse.config import load_config
+from infocse.corpora.mix import sources_pair_precision
 from infocse.errors import StageError, run_stage
 from infocse.idc import cluster_sentences
 from infocse.io import write_json, write_parquet
 from infocse.stopping import iteration_is_active
 from infocse.pairs import empty_pair_table
 from infocse.paths import SENTENCES, IterationPaths
+from infocse.seeds import derived_seed
 
 
 def main() -> None:
@@ -27,15 +29,17 @@ def main() -> None:
     paths = IterationPaths(t)
     started = time.perf_counter()
     if iteration_is_active(config, t):
+        seed = derived_seed(config.seed, "pairs", t)
         if config.engine.name == "ray":
             from infocse.engines.ray_cluster import cluster_with_ray
 
-            pairs, stats = cluster_with_ray(config, paths.embeddings)
+            pairs, stats = cluster_with_ray(config, paths.embeddings, seed=seed)
         else:
-            pairs, stats = cluster_sentences(config.idc, config.budget, config.seed, pd.read_parquet(SENTENCES),
+            pairs, stats = cluster_sentences(config.idc, config.budget, seed, pd.read_parquet(SENTENCES),
                                              np.load(paths.embeddings))
         if pairs.empty:
             raise StageError("IDC found no positive pairs (no cluster has two sentences)")
+        stats.update(sources_pair_precision(pairs, SENTENCES))
         print(f"iteration {t}: {stats['clusters']} clusters, {stats['pairs_mined']} pairs mined, {len(pairs)} kept")
     else:
         pairs, stats = empty_pair_table(), {}

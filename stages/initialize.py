@@ -12,13 +12,15 @@ import time
 
 import pandas as pd
 
-from infocse.annotators import annotator_pairs
+from infocse.annotators import annotator_pairs, training_length
 from infocse.config import load_config
+from infocse.corpora.mix import sources_pair_precision
 from infocse.errors import StageError, run_stage
 from infocse.io import write_json, write_parquet
 from infocse.models import load_model, mask_token_of, resolve_device, resolve_model_source, save_model
 from infocse.pairs import empty_pair_table
 from infocse.paths import SENTENCES, IterationPaths
+from infocse.seeds import derived_seed
 from infocse.training import device_training_precision, train_at_length
 
 
@@ -36,11 +38,14 @@ def main() -> None:
     else:
         model = load_model(source, device)
         pairs, pair_stats = annotator_pairs(method, pd.read_parquet(SENTENCES), config.annotators, config.budget,
-                                            config.seed, mask_token_of(model))
+                                            derived_seed(config.seed, "pairs", 0), mask_token_of(model))
         if pairs.empty:
             raise StageError(f"init method {method!r} found no pairs in the corpus")
-        train_stats = {"skipped": False, "pairs": len(pairs),
-                       **train_at_length(model, pairs, config.train, config.seed, device)}
+        pair_stats.update(sources_pair_precision(pairs, SENTENCES))
+        length = training_length(method, config.annotators, config.train.max_seq_length)
+        train_stats = {"skipped": False, "pairs": len(pairs), "max_seq_length": length,
+                       **train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", 0), device,
+                                         label=f"init ({method})", max_seq_length=length)}
     save_model(model, paths.model)
     write_parquet(pairs, paths.pairs)
     write_json(paths.metrics / "pairs.json", {"iteration": 0, **pair_stats})

@@ -26,7 +26,7 @@ def fmt(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def iteration_row(t: int) -> dict:
+def iteration_row(t: int, mixed: bool) -> dict:
     paths = IterationPaths(t)
     state = read_json(paths.retrieval)
     pairs = read_optional(paths.metrics / "pairs.json")
@@ -47,6 +47,9 @@ def iteration_row(t: int) -> dict:
                 "min batch": str(batches.get("min_size", "–")), "full batches": fmt(batches.get("share_full"), 2),
                 "embed s": fmt(seconds["embed"], 0), "IDC s": fmt(pairs.get("idc_seconds"), 2),
                 "train s": fmt(seconds["train"], 0), "eval s": fmt(seconds["evaluate"], 0)})
+    if "pairs_with_sources" in pairs or mixed:  # a mixed corpus: how many mined pairs are right
+        row["pairs from one source"] = fmt(pairs.get("pair_source_precision"))
+        row["pairs from one category"] = fmt(pairs.get("pair_category_precision"))
     return row
 
 
@@ -92,6 +95,7 @@ def main() -> None:
     first, metric = states[0], states[0]["val_metric"]
     best = read_json(BEST_METRICS)["iteration"]
     corpus = read_json(CORPUS_METRICS)
+    mixed = "mixed_documents" in corpus
     curve = pd.DataFrame([{"iteration": t, **{f"{split}_{m}": state.get(split, {}).get(m)
                                                for split in ("val", "test") for m in METRICS}}
                           for t, state in states.items() if not state["stopped"]])
@@ -110,8 +114,11 @@ def main() -> None:
     lines = ["# InfoCSE run report", "",
              f"Corpus: {corpus.get('documents')} documents, {corpus.get('sentences')} sentences; "
              f"{first.get('val_queries', 0)} val and {first.get('test_queries', 0)} test queries "
-             f"against all {first.get('candidates', 0)} bodies. Validation metric: {metric}. {chosen}", "",
-             markdown_table(pd.DataFrame([iteration_row(t) for t in iterations]))]
+             f"against all {first.get('candidates', 0)} bodies. Validation metric: {metric}. {chosen}"
+             + (f" Training documents: {corpus['mixed_documents']} mixed documents of several sources each; the "
+                "pair columns say how many mined pairs have both sentences from one source, and from one "
+                "category." if mixed else ""), "",
+             markdown_table(pd.DataFrame([iteration_row(t, mixed) for t in iterations]))]
     deltas = test_deltas(config.iterations, config.bootstrap_samples, config.seed)
     if not deltas.empty:
         lines += ["", f"Test deltas against iteration 0: mean per-query difference over the "

@@ -18,6 +18,7 @@ from infocse.io import write_json, write_placeholder
 from infocse.stopping import iteration_is_active
 from infocse.models import load_model, resolve_device, save_model
 from infocse.paths import IterationPaths
+from infocse.seeds import derived_seed
 from infocse.training import check_devices, device_training_precision, distributed_world, train_at_length
 
 
@@ -48,7 +49,8 @@ def main() -> None:
     if world > 1 and device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     model = load_model(IterationPaths(t - 1).model, device)
-    stats = train_at_length(model, pairs, config.train, config.seed, device)
+    stats = train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", t), device,
+                            label=f"iteration {t}")
     if rank != 0:
         return
     save_model(model, paths.model)

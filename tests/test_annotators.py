@@ -14,18 +14,20 @@ from infocse.annotators import (
     ANNOTATORS,
     annotate,
     annotator_pairs,
-    conpono_pairs,
-    consert_pairs,
+    MIRROR_MIN_CHARS,
     ict_pairs,
     mirror_pairs,
+    neighbour_pairs,
     simcse_pairs,
+    text_shuffle_cutoff_pairs,
+    training_length,
 )
 from infocse.config import AnnotatorOptions, Budget
 from infocse.errors import StageError
 from infocse.pairs import PAIR_COLUMNS
 
-OPTIONS = AnnotatorOptions(mirror_span_words=3, consert_cutoff=0.2, ict_context_sentences=1,
-                           ict_remove_probability=0.9, conpono_window=2)
+OPTIONS = AnnotatorOptions(mirror_span_chars=3, text_cutoff_rate=0.2, ict_context_sentences=1,
+                           ict_remove_probability=0.9, ict_max_seq_length=256, neighbour_window=2)
 
 # Doc "a" has 4 sentences (ids 0-3), "b" one (id 4), "c" three (ids 5-7).
 DOCUMENTS = {
@@ -77,15 +79,15 @@ def assert_pair_frame(pairs: pd.DataFrame) -> None:
     assert id_pairs(pairs) == sorted(id_pairs(pairs))
 
 
-# ---------------------------------------------------------------- conpono
+# ---------------------------------------------------------------- neighbours (CONPONO-style)
 @pytest.mark.parametrize("window, expected", [
     (1, [(0, 1), (1, 2), (2, 3), (5, 6), (6, 7)]),
     (2, [(0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (5, 6), (5, 7), (6, 7)]),
     (3, [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (5, 6), (5, 7), (6, 7)]),
     (50, [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3), (5, 6), (5, 7), (6, 7)]),
 ])
-def test_conpono_pairs_are_exactly_the_neighbours_within_window(small, window, expected):
-    pairs = conpono_pairs(small, window)
+def test_neighbour_pairs_are_exactly_the_neighbours_within_window(small, window, expected):
+    pairs = neighbour_pairs(small, window)
     assert_pair_frame(pairs)
     assert id_pairs(pairs) == expected
     assert pairs["text_a"].tolist() == [T[a] for a, _ in expected]
@@ -93,17 +95,17 @@ def test_conpono_pairs_are_exactly_the_neighbours_within_window(small, window, e
     assert pairs["doc_id"].tolist() == ["a" if a < 4 else "c" for a, _ in expected]
 
 
-def test_conpono_without_multi_sentence_documents_is_empty_but_typed():
-    pairs = conpono_pairs(sentence_table({"x": ["only one"], "y": ["just this"]}), 3)
+def test_neighbours_without_multi_sentence_documents_is_empty_but_typed():
+    pairs = neighbour_pairs(sentence_table({"x": ["only one"], "y": ["just this"]}), 3)
     assert pairs.empty
     assert_pair_frame(pairs)
 
 
-def test_conpono_matches_brute_force_on_generated_documents(large):
+def test_neighbours_match_brute_force_on_generated_documents(large):
     docs, positions = large["doc_id"].tolist(), large["position"].tolist()
     expected = [(a, b) for a in range(len(large)) for b in range(a + 1, len(large))
                 if docs[a] == docs[b] and positions[b] - positions[a] <= 3]
-    assert id_pairs(conpono_pairs(large, 3)) == expected
+    assert id_pairs(neighbour_pairs(large, 3)) == expected
 
 
 # ---------------------------------------------------------------- ict
@@ -157,31 +159,56 @@ def test_simcse_pairs_every_sentence_with_itself(small):
     assert pairs["doc_id"].tolist() == ["a"] * 4 + ["b"] + ["c"] * 3
 
 
-# ---------------------------------------------------------------- mirror
-@pytest.mark.parametrize("span", [1, 3, 20])
-def test_mirror_masks_one_contiguous_span(large, span):
-    pairs = mirror_pairs(large, span_words=span, mask_token="[MASK]", seed=1)
+# ---------------------------------------------------------------- mirror (Mirror-BERT's erase_and_mask)
+@pytest.mark.parametrize("span", [1, 5, 12])
+def test_mirror_replaces_one_character_span_with_one_mask(large, span):
+    """Every sentence of at least 30 characters: the text with `span` characters cut out at one
+    place and a single spaced mask token put there; shorter sentences are left whole."""
+    pairs = mirror_pairs(large, span_chars=span, mask_token="[MASK]", seed=1)
     assert_pair_frame(pairs)
     assert id_pairs(pairs) == [(i, i) for i in range(len(large))]
-    for original, masked in zip(pairs["text_a"].str.split(), pairs["text_b"].str.split()):
-        assert len(masked) == len(original)
-        hidden = [i for i, word in enumerate(masked) if word == "[MASK]"]
-        assert len(hidden) == min(span, len(original))
-        assert hidden == list(range(hidden[0], hidden[0] + len(hidden)))
-        assert all(masked[i] == original[i] for i in range(len(original)) if i not in hidden)
+    long_enough = 0
+    for original, masked in zip(pairs["text_a"], pairs["text_b"]):
+        if len(original) < MIRROR_MIN_CHARS:
+            assert masked == original
+            continue
+        long_enough += 1
+        assert masked.count("[MASK]") == 1
+        left, right = masked.split(" [MASK] ")
+        assert original.startswith(left) and original.endswith(right)
+        assert len(left) + len(right) == len(original) - span
+    assert long_enough > 0.5 * len(pairs)
+
+
+def test_mirror_leaves_short_sentences_whole_and_masks_a_sentence_of_30_characters(small):
+    """Hand-worked: "a0 one two three four five" (26 characters) stays whole (the old word-span
+    version masked it); a 30-character sentence gets one mask over 5 of its characters."""
+    table = sentence_table({"x": ["a0 one two three four five", "abcdefghij" * 3], "y": ["short"]})
+    pairs = mirror_pairs(table, span_chars=5, mask_token="[MASK]", seed=0)
+    assert pairs["text_b"].tolist()[0] == "a0 one two three four five"
+    assert pairs["text_b"].tolist()[2] == "short"
+    masked = pairs["text_b"].tolist()[1]
+    left, right = masked.split(" [MASK] ")
+    assert len(left) + len(right) == 25 and ("abcdefghij" * 3).startswith(left) and ("abcdefghij" * 3).endswith(right)
 
 
 def test_mirror_span_start_is_uniform_over_valid_starts():
-    table = sentence_table({f"d{i}": ["w0 w1 w2 w3 w4 w5"] for i in range(800)})
-    masked = mirror_pairs(table, span_words=3, mask_token="<m>", seed=0)["text_b"]
-    starts = Counter(text.split().index("<m>") for text in masked)
-    assert sorted(starts) == [0, 1, 2, 3]
+    table = sentence_table({f"d{i}": ["abcdefghijklmnopqrstuvwxyz0123"] for i in range(1000)})
+    masked = mirror_pairs(table, span_chars=25, mask_token="<m>", seed=0)["text_b"]
+    starts = Counter(len(text.split(" <m> ")[0]) for text in masked)
+    assert sorted(starts) == [0, 1, 2, 3, 4]
     assert all(150 < count < 250 for count in starts.values())
 
 
-# ---------------------------------------------------------------- consert
-def test_consert_without_cutoff_only_shuffles(large):
-    pairs = consert_pairs(large, cutoff=0.0, seed=2)
+def test_ict_trains_at_a_length_that_holds_its_contexts():
+    assert training_length("ict", OPTIONS, 64) == 256
+    assert training_length("simcse", OPTIONS, 64) == 64
+    assert training_length("ict", OPTIONS, 512) == 512
+
+
+# ---------------------------------------------------------------- text shuffle + cutoff (ConSERT-style)
+def test_text_shuffle_cutoff_without_cutoff_only_shuffles(large):
+    pairs = text_shuffle_cutoff_pairs(large, cutoff=0.0, seed=2)
     assert_pair_frame(pairs)
     originals, augmented = pairs["text_a"].str.split(), pairs["text_b"].str.split()
     assert all(sorted(o) == sorted(a) for o, a in zip(originals, augmented))
@@ -189,8 +216,8 @@ def test_consert_without_cutoff_only_shuffles(large):
 
 
 @pytest.mark.parametrize("cutoff", [0.3, 1.0])
-def test_consert_cutoff_keeps_a_non_empty_sub_multiset(large, cutoff):
-    pairs = consert_pairs(large, cutoff=cutoff, seed=2)
+def test_text_cutoff_keeps_a_non_empty_sub_multiset(large, cutoff):
+    pairs = text_shuffle_cutoff_pairs(large, cutoff=cutoff, seed=2)
     originals, augmented = pairs["text_a"].str.split(), pairs["text_b"].str.split()
     assert all(a and not Counter(a) - Counter(o) for o, a in zip(originals, augmented))
     if cutoff == 1.0:
@@ -206,9 +233,9 @@ def test_annotate_dispatches_and_is_deterministic(large, method):
     direct = {
         "simcse": lambda: simcse_pairs(large),
         "mirror": lambda: mirror_pairs(large, 3, "[MASK]", 5),
-        "consert": lambda: consert_pairs(large, 0.2, 5),
+        "text_shuffle_cutoff": lambda: text_shuffle_cutoff_pairs(large, 0.2, 5),
         "ict": lambda: ict_pairs(large, 1, 0.9, 5),
-        "conpono": lambda: conpono_pairs(large, 2),
+        "neighbours": lambda: neighbour_pairs(large, 2),
     }[method]()
     pairs = annotate(method, large, OPTIONS, seed=5)
     assert_pair_frame(pairs)
@@ -216,24 +243,25 @@ def test_annotate_dispatches_and_is_deterministic(large, method):
     pd.testing.assert_frame_equal(pairs, annotate(method, large, OPTIONS, seed=5))
 
 
-@pytest.mark.parametrize("method", ["mirror", "consert", "ict"])
+@pytest.mark.parametrize("method", ["mirror", "text_shuffle_cutoff", "ict"])
 def test_another_seed_changes_the_augmentation(large, method):
     first, second = annotate(method, large, OPTIONS, seed=0), annotate(method, large, OPTIONS, seed=1)
     assert id_pairs(first) == id_pairs(second)
     assert (first["text_b"] != second["text_b"]).sum() > 0.05 * len(first)
 
 
-def test_annotate_passes_the_mask_token(small):
-    pairs = annotate("mirror", small, OPTIONS, seed=0, mask_token="<mask>")
-    assert (pairs["text_b"].str.count("<mask>") == pairs["text_a"].str.split().str.len().clip(upper=3)).all()
+def test_annotate_passes_the_mask_token(large):
+    pairs = annotate("mirror", large, OPTIONS, seed=0, mask_token="<mask>")
+    assert (pairs["text_b"].str.count("<mask>") == (pairs["text_a"].str.len() >= MIRROR_MIN_CHARS)).all()
 
 
 def test_annotate_reads_only_its_own_options(small):
     """Changing the other annotators' options changes nothing; changing its own does."""
-    others = AnnotatorOptions(mirror_span_words=1, consert_cutoff=0.9, ict_context_sentences=5,
-                              ict_remove_probability=0.0, conpono_window=OPTIONS.conpono_window)
-    pd.testing.assert_frame_equal(annotate("conpono", small, others, seed=0), annotate("conpono", small, OPTIONS, seed=0))
-    assert len(annotate("conpono", small, replace(OPTIONS, conpono_window=1), seed=0)) == 5
+    others = AnnotatorOptions(mirror_span_chars=1, text_cutoff_rate=0.9, ict_context_sentences=5,
+                              ict_remove_probability=0.0, ict_max_seq_length=512, neighbour_window=OPTIONS.neighbour_window)
+    pd.testing.assert_frame_equal(annotate("neighbours", small, others, seed=0),
+                                  annotate("neighbours", small, OPTIONS, seed=0))
+    assert len(annotate("neighbours", small, replace(OPTIONS, neighbour_window=1), seed=0)) == 5
     pd.testing.assert_frame_equal(annotate("simcse", small, others, seed=0), annotate("simcse", small, OPTIONS, seed=0))
 
 
@@ -243,22 +271,22 @@ def test_unknown_annotator_is_a_stage_error(small):
 
 
 def test_annotator_pairs_are_capped_by_the_shared_budget(small):
-    """CONPONO at window 2 mines 5 pairs in doc a and 3 in doc c; two per document keeps 2 + 2, a
+    """Neighbour pairs at window 2 mine 5 pairs in doc a and 3 in doc c; two per document keeps 2 + 2, a
     subset of the candidates, with statistics of the kept pairs and the count mined."""
-    candidates = annotate("conpono", small, OPTIONS, seed=0)
-    pairs, stats = annotator_pairs("conpono", small, OPTIONS, Budget(max_pairs_per_document=2, max_pairs=None), seed=0)
+    candidates = annotate("neighbours", small, OPTIONS, seed=0)
+    pairs, stats = annotator_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=2, max_pairs=None), seed=0)
     assert_pair_frame(pairs)
     assert pairs["doc_id"].tolist() == ["a", "a", "c", "c"]
     assert set(id_pairs(pairs)) <= set(id_pairs(candidates))
-    assert stats["method"] == "conpono" and stats["pairs_mined"] == 8 and stats["pairs"] == 4
+    assert stats["method"] == "neighbours" and stats["pairs_mined"] == 8 and stats["pairs"] == 4
     assert stats["documents_in_pairs"] == 2
-    capped, _ = annotator_pairs("conpono", small, OPTIONS, Budget(max_pairs_per_document=None, max_pairs=3), seed=0)
+    capped, _ = annotator_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=None, max_pairs=3), seed=0)
     assert len(capped) == 3 and set(id_pairs(capped)) <= set(id_pairs(candidates))
-    uncapped, _ = annotator_pairs("conpono", small, OPTIONS, Budget(None, None), seed=0)
+    uncapped, _ = annotator_pairs("neighbours", small, OPTIONS, Budget(None, None), seed=0)
     pd.testing.assert_frame_equal(uncapped, candidates)
 
 
-@pytest.mark.parametrize("method", ["ict", "conpono"])
+@pytest.mark.parametrize("method", ["ict", "neighbours"])
 def test_tables_out_of_document_order_are_rejected(small, method):
     shuffled = small.iloc[[0, 4, 1, 2, 3, 5, 6, 7]].reset_index(drop=True)
     with pytest.raises(StageError, match="grouped by document"):

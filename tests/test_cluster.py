@@ -22,13 +22,11 @@ from infocse.idc import (
     cluster_sentences,
     idc_pair_table,
     intra_cluster_pairs,
-    kept_pair_numbers,
     kmeans_document_labels,
     partition_idc,
-    smallest_per_group,
     top_k_neighbours,
 )
-from infocse.pairs import PAIR_COLUMNS, cap_pairs, cluster_statistics, document_offsets, token_jaccard
+from infocse.pairs import PAIR_COLUMNS, cap_pairs, cluster_statistics, document_offsets, kept_pair_numbers, token_jaccard
 
 
 # ---------------------------------------------------------------- oracles
@@ -76,7 +74,7 @@ def reference_intra_cluster_pairs(labels: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def reference_capped_pairs(labels: np.ndarray, doc_codes: np.ndarray, budget: Budget,
                            seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """All pairs built, then capped: `cap_pairs` as the stage applied it before pairs were streamed."""
+    """All pairs built, then capped by `cap_pairs`, the annotators' budget."""
     first, second = reference_intra_cluster_pairs(labels)
     kept = cap_pairs(doc_codes[first], budget, seed)
     return first[kept], second[kept]
@@ -258,27 +256,14 @@ def test_cluster_labels_of_a_hand_made_neighbour_table():
 
 
 # ---------------------------------------------------------------- budget caps while pairs are generated
-def test_numpy_draws_the_same_keys_in_chunks_and_after_a_jump():
-    """What streaming relies on: Generator.random in chunks is one call's stream, and a PCG64
-    advanced by n draws continues it at draw n."""
-    whole = np.random.default_rng(7).random(1000)
-    rng = np.random.default_rng(7)
-    assert np.array_equal(np.concatenate([rng.random(n) for n in (1, 0, 333, 5, 661)]), whole)
-    jumped = np.random.Generator(np.random.PCG64(7))
-    jumped.bit_generator.advance(339)
-    assert np.array_equal(jumped.random(661), whole[339:])
-    assert np.array_equal(np.random.default_rng(3).choice(np.arange(5000) * 2, 40, replace=False),
-                          np.random.default_rng(3).choice(5000, 40, replace=False) * 2)
-
-
 BUDGETS = [Budget(20, 2560), Budget(3, 15), Budget(1, None), Budget(None, 7), Budget(None, None),
            Budget(5, 100_000), Budget(1_000_000, 3)]
 
 
 @pytest.mark.parametrize("corpus_seed", [0, 1, 2])
 def test_cluster_pairs_equal_materialise_then_cap(corpus_seed):
-    """Streamed capped pairs equal all pairs built and then capped by `cap_pairs`, on random corpora
-    (K 1-4, documents up to 90 sentences), for several budgets, seeds and key chunk sizes."""
+    """Capped pairs built from their numbers equal all pairs built and then capped by `cap_pairs`,
+    on random corpora (K 1-4, documents up to 90 sentences), for several budgets and seeds."""
     rng = np.random.default_rng(corpus_seed)
     sizes = rng.integers(1, 91, size=30).tolist()
     embeddings, doc_codes = random_corpus(corpus_seed, sizes)
@@ -286,61 +271,43 @@ def test_cluster_pairs_equal_materialise_then_cap(corpus_seed):
     for budget in BUDGETS:
         for seed in (0, 11):
             expected_first, expected_second = reference_capped_pairs(labels, doc_codes, budget, seed)
-            for chunk in (1 << 22, 97, 1000):
-                first, second = cluster_pairs(labels, doc_codes, budget, seed, chunk=chunk)
-                assert np.array_equal(first, expected_first) and np.array_equal(second, expected_second), \
-                    (budget, seed, chunk)
+            first, second = cluster_pairs(labels, doc_codes, budget, seed)
+            assert np.array_equal(first, expected_first) and np.array_equal(second, expected_second), (budget, seed)
 
 
-def test_capped_pairs_redraw_a_document_short_of_candidates():
-    """A threshold margin so low that documents hold fewer than `cap` keys below it: the redrawn
-    keys still give `cap_pairs`'s choice (checked to be needed: some document does fall short)."""
-    rng = np.random.default_rng(4)
-    doc_pairs = rng.integers(0, 400, size=25)
-    doc_codes_of_pairs = np.repeat(np.arange(len(doc_pairs)), doc_pairs)
-    cap, margin, seed = 20, -3.0, 5
-    keys = np.random.default_rng(seed).random(doc_pairs.sum())
-    expected_count = cap + margin * np.sqrt(cap) + 10
-    below = np.bincount(doc_codes_of_pairs, weights=keys < expected_count / doc_pairs[doc_codes_of_pairs],
-                        minlength=len(doc_pairs))
-    assert np.any((doc_pairs > expected_count) & (below < cap)), "no document needs a redraw"
-    for budget in (Budget(cap, None), Budget(cap, 60)):
-        for chunk in (1 << 22, 53, 1):
-            kept = kept_pair_numbers(doc_pairs, budget, seed, chunk=chunk, margin=margin)
-            assert np.array_equal(kept, cap_pairs(doc_codes_of_pairs, budget, seed))
-
-
-def test_smallest_per_group_keeps_a_stable_sorts_choice_among_tied_keys():
-    """Keys with many exact ties: each group keeps what a stable sort by key keeps (earlier entry first)."""
-    assert smallest_per_group(np.array([0.5, 0.1, 0.5, 0.5, 0.2]), np.array([5]), 3).tolist() == \
-        [True, True, False, False, True]
-    rng = np.random.default_rng(0)
-    for keep in (1, 2, 5):
-        group_sizes = rng.integers(1, 12, size=40)
-        keys = rng.integers(0, 4, size=group_sizes.sum()) / 4
-        group = np.repeat(np.arange(len(group_sizes)), group_sizes)
-        order = np.lexsort((keys, group))
-        rank = np.empty(len(keys), int)
-        rank[order] = np.arange(len(keys)) - np.repeat(np.cumsum(group_sizes) - group_sizes, group_sizes)
-        assert smallest_per_group(keys, group_sizes, keep).tolist() == (rank < keep).tolist()
+def test_budget_draws_every_pair_with_equal_chance():
+    """Over 4,000 seeds, a document of 10 pairs capped at 3 keeps each pair 30% of the time (the
+    cap is a uniform sample, not the first pairs), and a total cap of 4 over documents of 10 and
+    2 pairs (3 + 2 after the per-document cap) keeps each of those 5 pairs 80% of the time."""
+    doc_pairs = np.array([10, 2])
+    per_document = np.zeros(12)
+    both = np.zeros(12)
+    for seed in range(4000):
+        per_document[kept_pair_numbers(doc_pairs, Budget(3, None), seed)] += 1
+        both[kept_pair_numbers(doc_pairs, Budget(3, 4), seed)] += 1
+    assert np.all(np.abs(per_document[:10] / 4000 - 0.3) < 0.03) and np.all(per_document[10:] == 4000)
+    assert np.all(np.abs(both[:10] / 4000 - 0.3 * 0.8) < 0.03)
+    assert np.all(np.abs(both[10:] / 4000 - 0.8) < 0.03)
+    assert both.sum() == 4 * 4000
 
 
 def test_a_huge_cluster_is_capped_without_building_its_pairs():
     """One document of 5,000 sentences in one cluster (12.5M pairs): the default caps keep 20
-    pairs, which are the 20 smallest of 12.5M keys, while the streaming holds a few MB."""
+    distinct pairs of it while holding a few MB; each kept pair number maps to the pair of that
+    number in (first, second) order, worked out by hand."""
     n, seed, budget = 5000, 3, Budget(20, 2560)
     labels, doc_codes = np.zeros(n, np.int64), np.zeros(n, np.int64)
     tracemalloc.start()
-    first, second = cluster_pairs(labels, doc_codes, budget, seed, chunk=1 << 20)
+    first, second = cluster_pairs(labels, doc_codes, budget, seed)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 40e6, f"{peak / 1e6:.0f} MB traced; all pairs would take {n * (n - 1) / 2 * 16 / 1e6:.0f} MB"
-    keys = np.random.default_rng(seed).random(n * (n - 1) // 2)
-    smallest = np.sort(np.argpartition(keys, 20)[:20])
+    numbers = kept_pair_numbers(np.array([n * (n - 1) // 2]), budget, seed)
+    assert len(numbers) == 20 and len(np.unique(numbers)) == 20
     row_starts = np.r_[0, np.cumsum(np.arange(n - 1, 0, -1))]  # pair number of (i, i + 1) in (first, second) order
-    expected_first = np.searchsorted(row_starts, smallest, side="right") - 1
+    expected_first = np.searchsorted(row_starts, numbers, side="right") - 1
     assert first.tolist() == expected_first.tolist()
-    assert second.tolist() == (expected_first + 1 + smallest - row_starts[expected_first]).tolist()
+    assert second.tolist() == (expected_first + 1 + numbers - row_starts[expected_first]).tolist()
 
 
 def test_cluster_statistics_from_cluster_sizes_equal_those_of_the_pairs():

@@ -72,7 +72,7 @@ def test_a_loop_run_gives_a_seed_row_and_the_chosen_model():
 def test_a_baseline_run_is_one_row_named_after_its_annotator():
     rows = compare.run_rows(make_run("r", 1, "conpono", [state(0.65), state(0, stopped=True)], best=0,
                                      loop={"max_iterations": 0}))
-    assert [row["method"] for row in rows] == ["CONPONO"]
+    assert [row["method"] for row in rows] == ["neighbour pairs (CONPONO-style)"]
     assert rows[0]["pairs"] == 2560 and rows[0]["token_jaccard"] == pytest.approx(0.1)
 
 
@@ -120,7 +120,7 @@ def test_a_mean_beyond_two_standard_errors_is_not_called_higher_at_n_3():
     for seed, gain in enumerate([0.01, 0.03, 0.05]):
         runs.append(make_run(f"i{seed}", seed, "none", [state(0.6)], best=0))
         runs.append(make_run(f"c{seed}", seed, "conpono", [state(0.6 + gain)], best=0, loop={"max_iterations": 0}))
-    (conpono,) = difference_rows(compare.render(runs), "CONPONO")
+    (conpono,) = difference_rows(compare.render(runs), "neighbour pairs (CONPONO-style)")
     assert cells(conpono)[2] == "no difference shown (95% CI contains 0)", conpono
 
 
@@ -129,7 +129,7 @@ def test_methods_are_compared_with_infocse_of_the_same_setting_and_seed():
     runs += [make_run(f"c{seed}", seed, "conpono", [state(0.55 + 0.02 * seed)], best=0, loop={"max_iterations": 0})
              for seed in range(3)]
     rows, _ = compare.collect(runs)
-    conpono = [r for r in rows if r["method"] == "CONPONO"]
+    conpono = [r for r in rows if r["method"] == "neighbour pairs (CONPONO-style)"]
     assert [round(compare.delta(r, "infocse_ref", "test", "recall@1"), 6) for r in conpono] == [-0.05, -0.04, -0.03]
     assert [compare.delta(r, "seed_ref", "test", "recall@1") for r in conpono] == pytest.approx([0.05, 0.07, 0.09])
 
@@ -148,11 +148,11 @@ def test_budget_sweep_table_has_one_row_per_setting_and_method():
     sweep = text.split("### Budget sweep: manpages")[1].split("###")[0]
     rows = lines_starting(sweep, "| budget.")
     assert [cells(row)[0:3] for row in rows] == [
-        ["budget.max_pairs_per_document=10, budget.max_pairs=all", "CONPONO", "3"],
+        ["budget.max_pairs_per_document=10, budget.max_pairs=all", "neighbour pairs (CONPONO-style)", "3"],
         ["budget.max_pairs_per_document=10, budget.max_pairs=all", compare.REFERENCE, "3"],
-        ["budget.max_pairs_per_document=20, budget.max_pairs=2560", "CONPONO", "3"],
+        ["budget.max_pairs_per_document=20, budget.max_pairs=2560", "neighbour pairs (CONPONO-style)", "3"],
         ["budget.max_pairs_per_document=20, budget.max_pairs=2560", compare.REFERENCE, "3"],
-        ["budget.max_pairs_per_document=20, budget.max_pairs=all", "CONPONO", "3"],
+        ["budget.max_pairs_per_document=20, budget.max_pairs=all", "neighbour pairs (CONPONO-style)", "3"],
         ["budget.max_pairs_per_document=20, budget.max_pairs=all", compare.REFERENCE, "3"]]
     # CONPONO vs InfoCSE of the same setting: +0.01 in every seed (sd 0: a zero-width interval)
     assert cells(rows[0])[7] == "+0.010 [+0.010, +0.010] (n = 3)"
@@ -239,7 +239,7 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
     assert f"recall@1 +0.055 [{0.055 - half:+.3f}, {0.055 + half:+.3f}] (n = 2)" in line
     # CONPONO minus InfoCSE at all10: +0.05 and +0.07
     half = stats.t.ppf(0.975, 1) * np.std([0.05, 0.07], ddof=1) / np.sqrt(2)
-    assert f"CONPONO minus InfoCSE, recall@1 +0.060 [{0.060 - half:+.3f}, {0.060 + half:+.3f}] (n = 2)" in line
+    assert f"neighbour pairs (CONPONO-style) minus InfoCSE, recall@1 +0.060 [{0.060 - half:+.3f}, {0.060 + half:+.3f}] (n = 2)" in line
 
 
 ALL40 = {"budget": {"max_pairs": "all", "max_pairs_per_document": 40}}
@@ -282,4 +282,4 @@ def test_no_choice_until_a_seed_has_run_every_setting_and_one_seed_is_provisiona
     runs.append(sweep_run("man-infocse-all20-s0", 0, 0.6, 0.65, ALL20))
     line = chosen_line(compare.render(runs))
     assert "**budget.max_pairs_per_document=10, budget.max_pairs=all**" in line and "provisional" in line
-    assert line.endswith("no CONPONO run at this setting.")
+    assert line.endswith("no neighbour pairs (CONPONO-style) run at this setting.")

@@ -54,13 +54,13 @@ def test_starting_points_budgets_and_the_best_baseline_by_validation():
         run("conpono", 0, 100, init="conpono", max_iterations=0, f0=scores(0.45, 0.70)),
     ]
     cells, _ = fewshot.collect(runs)
-    assert fewshot.best_baseline(cells) == "CONPONO"
+    assert fewshot.best_baseline(cells) == "neighbour pairs (CONPONO-style)"
     text = fewshot.render(runs)
     row = rows_of(text)
     assert row["seed model"][1:] == ["0.520 ± 0.028 / 0.620 ± 0.028 (n = 2)", "0.600 / 0.700 (n = 1)"]
     assert row["InfoCSE"][1:] == ["0.540 ± 0.028 / 0.640 ± 0.028 (n = 2)", "0.610 / 0.710 (n = 1)"]
     assert row["InfoCSE++"][1:] == ["0.550 / 0.650 (n = 1)", "–"]
-    assert "best baseline: CONPONO" in row and "SimCSE" not in text
+    assert "best baseline: neighbour pairs (CONPONO-style)" in row and "SimCSE" not in text
     assert "| start " in text and "100 labels" in text and "300 labels" in text
 
 
@@ -71,12 +71,12 @@ def test_the_best_baseline_is_scored_on_the_budgets_and_seeds_every_candidate_ha
               run("c1", 1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.50)),
               run("i0", 0, 100, init="ict", max_iterations=0, f0=scores(0.5, 0.55)),
               run("i-all", 0, "all", init="ict", max_iterations=0, f0=scores(0.5, 0.95))]
-    assert fewshot.best_baseline(fewshot.collect(shared)[0]) == "CONPONO"
+    assert fewshot.best_baseline(fewshot.collect(shared)[0]) == "neighbour pairs (CONPONO-style)"
     # no shared run: the baseline run at more budgets and seeds is the candidate
     apart = [run("c0", 0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
              run("c1", 1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
              run("m", 0, 300, init="mirror", max_iterations=0, f0=scores(0.5, 0.90))]
-    assert fewshot.best_baseline(fewshot.collect(apart)[0]) == "CONPONO"
+    assert fewshot.best_baseline(fewshot.collect(apart)[0]) == "neighbour pairs (CONPONO-style)"
     assert fewshot.best_baseline(fewshot.collect(apart[2:])[0]) == "Mirror-BERT"
     # the report has no column for the budget only the baseline left out was run with
     assert "300 labels" not in fewshot.render(apart)

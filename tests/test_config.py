@@ -108,7 +108,7 @@ def test_every_param_refuses_a_bad_value_with_one_line_naming_it():
 
 def test_several_bad_values_are_all_reported_one_line_each():
     bad = {"idc.k": 0, "train.learning_rate": "fast", "evaluate.metric": "accuracy", "device": "tpu",
-           "annotators.consert_cutoff": 2.0}
+           "annotators.text_cutoff_rate": 2.0}
     lines = problems(with_values(repo_params(), bad))
     assert len(lines) == len(bad), lines
     for dotted in bad:
@@ -157,18 +157,18 @@ def test_global_batch_must_split_evenly_over_devices():
 
 
 def test_annotator_options_are_read_into_their_config():
-    options = config_with({"annotators": {"conpono_window": 4, "consert_cutoff": 0.3}}).annotators
-    assert options.conpono_window == 4 and options.consert_cutoff == 0.3
+    options = config_with({"annotators": {"neighbour_window": 4, "text_cutoff_rate": 0.3}}).annotators
+    assert options.neighbour_window == 4 and options.text_cutoff_rate == 0.3
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("conpono_window", 0, "params `annotators.conpono_window` must be an integer >= 1, got 0"),
-    ("conpono_window", 1.5, "`annotators.conpono_window` must be an integer >= 1, got 1.5"),
-    ("mirror_span_words", -2, "`annotators.mirror_span_words` must be an integer >= 1, got -2"),
+    ("neighbour_window", 0, "params `annotators.neighbour_window` must be an integer >= 1, got 0"),
+    ("neighbour_window", 1.5, "`annotators.neighbour_window` must be an integer >= 1, got 1.5"),
+    ("mirror_span_chars", -2, "`annotators.mirror_span_chars` must be an integer >= 1, got -2"),
     ("ict_context_sentences", 0, "`annotators.ict_context_sentences` must be an integer >= 1, got 0"),
     ("ict_remove_probability", 1.5, "`annotators.ict_remove_probability` must be a number in [0, 1], got 1.5"),
-    ("consert_cutoff", -0.1, "`annotators.consert_cutoff` must be a number in [0, 1], got -0.1"),
-    ("consert_cutoff", True, "`annotators.consert_cutoff` must be a number in [0, 1], got True"),
+    ("text_cutoff_rate", -0.1, "`annotators.text_cutoff_rate` must be a number in [0, 1], got -0.1"),
+    ("text_cutoff_rate", True, "`annotators.text_cutoff_rate` must be a number in [0, 1], got True"),
 ])
 def test_bad_annotator_options_are_one_line(key, value, message):
     lines = problems(with_values(repo_params(), {f"annotators.{key}": value}))

@@ -95,10 +95,26 @@ def test_gold_ranks_matches_sorting_oracle():
 
 
 def test_gold_ranks_hand_worked_with_ties():
-    """Rank = number of candidates scoring strictly higher than the gold one (ties count in its favour)."""
+    """Rank = number of other candidates scoring at least as high as the gold one: a tie counts
+    against the gold (queries 3 and 4 tie their gold with another candidate, so rank 1, not 0)."""
     candidates = np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 0.0]])
     queries = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0]])
-    assert gold_ranks(queries, candidates, np.array([1, 1, 0, 2])).tolist() == [2, 0, 0, 0]
+    assert gold_ranks(queries, candidates, np.array([1, 1, 0, 2])).tolist() == [2, 0, 1, 1]
+
+
+def test_a_constant_encoder_scores_nothing_not_everything():
+    """Every embedding equal (a collapsed model): every gold ties with all 50 candidates, so it
+    ranks last and every metric is 0 (counting ties for the gold would give MRR@10 = 1.0)."""
+    queries, candidates = np.ones((20, 4)) / 2, np.ones((50, 4)) / 2
+    ranks = gold_ranks(queries, candidates, np.arange(20))
+    assert ranks.tolist() == [49] * 20
+    assert all(value == 0.0 for value in retrieval_metrics(ranks).values())
+
+
+def test_nan_embeddings_are_an_error_not_a_perfect_score():
+    queries, candidates = np.full((3, 4), np.nan), np.eye(4)[:3]
+    with pytest.raises(StageError, match="non-finite"):
+        gold_ranks(queries, candidates, np.arange(3))
 
 
 # ---------------------------------------------------------------- hand-worked scores

@@ -113,12 +113,12 @@ def test_editing_the_corpus_file_reruns_prepare(project):
 
 
 def test_baseline_run_is_one_init_round_and_no_idc_iteration(project):
-    """`init.method: conpono` + `loop.max_iterations: 0`: f_0 is the seed trained on CONPONO pairs,
+    """`init.method: neighbours` + `loop.max_iterations: 0`: f_0 is the seed trained on neighbour pairs,
     and the loop does no work after it -- how every baseline is run."""
     from infocse.pairs import PAIR_COLUMNS
 
     seed_weights = (project / "models/iterations/iter-0/model.safetensors").read_bytes()
-    update_params(project, {"init": {"method": "conpono"}, "loop": {"max_iterations": 0}})
+    update_params(project, {"init": {"method": "neighbours"}, "loop": {"max_iterations": 0}})
     ran, _ = repro(project)
     assert ran[:2] == ["init", "evaluate_init"] and "train@1" in ran
     assert (project / "models/iterations/iter-0/model.safetensors").read_bytes() != seed_weights
@@ -126,7 +126,7 @@ def test_baseline_run_is_one_init_round_and_no_idc_iteration(project):
     assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) > 0
     assert json.loads((project / "metrics/iterations/iter-1/train.json").read_text())["skipped"] is True
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] == 0
-    assert ["0", "seed + conpono"] in [row[:2] for row in report_rows((project / "reports/report.md").read_text())]
+    assert ["0", "seed + neighbours"] in [row[:2] for row in report_rows((project / "reports/report.md").read_text())]
 
 
 def test_changing_the_label_budget_reruns_only_fine_tuning(project):
@@ -135,3 +135,49 @@ def test_changing_the_label_budget_reruns_only_fine_tuning(project):
     ran, _ = repro(project)
     assert set(ran) == set(FEWSHOT_STAGES), ran
     assert json.loads((project / "metrics/finetuned/best.json").read_text())["labels"] == 3
+
+
+def test_in_process_loop_equals_the_staged_loop(built_project, monkeypatch):
+    """InfoCSE++'s in-process loop (infocse/loop.py) and the stages embed -> cluster -> train ->
+    evaluate, on the same tiny corpus and params: the same pair statistics and the same val and
+    test metrics at every iteration (same seeds, lengths and steps in both)."""
+    from infocse.config import load_config
+    from infocse.io import read_json
+    from infocse.loop import run_loop
+    from infocse.models import load_model
+    from infocse.paths import DOCUMENTS, SENTENCES
+
+    project, _ = built_project
+    monkeypatch.chdir(project)
+    model = load_model("models/iterations/iter-0", "cpu")
+    history = run_loop(model, load_config(), pd.read_parquet(SENTENCES), pd.read_parquet(DOCUMENTS), "cpu")
+    assert [entry["iteration"] for entry in history] == [0, 1]
+    for entry in history:
+        staged = read_json(project / f"metrics/iterations/iter-{entry['iteration']}/retrieval.json")
+        assert (entry["val"], entry["test"]) == (staged["val"], staged["test"]), entry["iteration"]
+    staged_pairs = read_json(project / "metrics/iterations/iter-1/pairs.json")
+    for key in ("iteration", "skipped", "seconds", "idc_seconds"):
+        staged_pairs.pop(key)
+    assert history[1]["pair_statistics"] == staged_pairs
+
+
+def test_a_mixed_corpus_trains_on_mixed_documents_and_measures_its_pairs(project):
+    """`corpus.mix.sources: 2`: training documents of two sources each (of two categories), the
+    documents evaluation reads unchanged, and IDC's pair precision in the pair statistics, equal
+    to a count over the written pair table."""
+    documents_before = pd.read_parquet(project / "data/corpus/documents.parquet")
+    update_params(project, {"corpus": {"mix": {"sources": 2, "order": "interleaved"}}})
+    ran, _ = repro(project)
+    assert "prepare" in ran and "cluster@1" in ran
+    sentences = pd.read_parquet(project / "data/corpus/sentences.parquet")
+    pd.testing.assert_frame_equal(pd.read_parquet(project / "data/corpus/documents.parquet"), documents_before)
+    assert sentences["doc_id"].str.startswith("mix-").all()
+    per_document = sentences.groupby("doc_id").agg(sources=("source_id", "nunique"), categories=("source_category", "nunique"))
+    assert (per_document["sources"] == 2).all() and (per_document["categories"] == 2).all()
+    pairs = pd.read_parquet(project / "data/iterations/iter-1/pairs.parquet")
+    source_of = sentences.set_index("sentence_id")["source_id"]
+    same_source = (source_of[pairs["sentence_a"]].to_numpy() == source_of[pairs["sentence_b"]].to_numpy()).mean()
+    stats = json.loads((project / "metrics/iterations/iter-1/pairs.json").read_text())
+    assert stats["pair_source_precision"] == pytest.approx(same_source) and stats["pairs_with_sources"] == len(pairs)
+    header = report_rows((project / "reports/report.md").read_text())[0]
+    assert "pairs from one source" in header and "pairs from one category" in header

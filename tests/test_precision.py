@@ -27,11 +27,11 @@ def documents_frame() -> pd.DataFrame:
 
 
 def hand_ranks(query_vectors: np.ndarray, body_vectors: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    """0-based rank of each query's gold body, by sorting each query's scores (ties: gold first)."""
+    """0-based rank of each query's gold body, by sorting each query's scores (ties: gold last)."""
     ranks = []
     for query, gold_index in zip(query_vectors, gold):
         scores = body_vectors @ query
-        ranks.append(int(np.sum(scores > scores[gold_index])))
+        ranks.append(int(np.sum(scores >= scores[gold_index])) - 1)
     return np.array(ranks)
 
 
@@ -61,8 +61,25 @@ def assert_same_state(model, before: dict[str, torch.Tensor]) -> None:
     ("cuda:0", "bf16", torch.bfloat16),
     ("cpu", "fp16", torch.float16),
 ])
-def test_encoding_dtype_by_device_and_param(device, precision, expected):
+def test_encoding_dtype_by_device_and_param(device, precision, expected, cpu_without_bf16):
     assert encoding_dtype(device, precision) is expected
+
+
+@pytest.fixture()
+def cpu_without_bf16(monkeypatch):
+    """This process's CPU as one with neither AMX nor AVX-512 BF16, whatever it really has."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+
+
+@pytest.mark.parametrize("amx, avx512_bf16, expected", [
+    (False, False, None), (True, False, torch.bfloat16), (False, True, torch.bfloat16), (True, True, torch.bfloat16)])
+def test_cpu_auto_encodes_in_bf16_only_with_bf16_matrix_instructions(monkeypatch, amx, avx512_bf16, expected):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert encoding_dtype("cpu", "auto") is expected
+    assert encoding_dtype("cpu", "fp32") is None  # explicit fp32 keeps fp32 on every CPU
+    assert encoding_dtype("cuda", "auto") is torch.float16  # the GPU keeps its own default
 
 
 def test_unknown_precision_is_refused():
@@ -104,7 +121,7 @@ def test_precision_params_are_checked():
 
 # ---------------------------------------------------------------- CPU: unchanged
 @pytest.mark.parametrize("batch_size", [64, None, 5])
-def test_cpu_auto_embeddings_equal_fp32_bit_for_bit(tiny_model_dir, one_torch_thread, batch_size):
+def test_cpu_auto_embeddings_equal_fp32_bit_for_bit(tiny_model_dir, one_torch_thread, batch_size, cpu_without_bf16):
     model = load_model(tiny_model_dir, "cpu")
     # what the embed stage ran before precision existed
     before = model.encode(SENTENCES, batch_size=batch_size or 64, normalize_embeddings=True, convert_to_numpy=True,
@@ -115,7 +132,7 @@ def test_cpu_auto_embeddings_equal_fp32_bit_for_bit(tiny_model_dir, one_torch_th
         assert now.tobytes() == before.tobytes()
 
 
-def test_cpu_auto_scoring_equals_fp32(tiny_model_dir, one_torch_thread):
+def test_cpu_auto_scoring_equals_fp32(tiny_model_dir, one_torch_thread, cpu_without_bf16):
     model = load_model(tiny_model_dir, "cpu")
     documents = documents_frame()
     queries = documents[documents["split"].isin(["val", "test"])]
@@ -130,15 +147,15 @@ def test_cpu_auto_scoring_equals_fp32(tiny_model_dir, one_torch_thread):
 
 
 # ---------------------------------------------------------------- the half-precision path
-@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
-def test_half_precision_embeddings_are_those_of_a_cast_model(tiny_model_dir, one_torch_thread, precision, dtype):
+def test_half_precision_embeddings_are_those_of_a_cast_model(tiny_model_dir, one_torch_thread):
+    """fp16 on the CPU: the weights cast for the call (CUDA's path, for either half)."""
     model = load_model(tiny_model_dir, "cpu")
     before = state_of(model)
     fp32 = embed_sentences(model, SENTENCES, 8, show_progress_bar=False)
-    half = embed_sentences(model, SENTENCES, 8, show_progress_bar=False, precision=precision)
+    half = embed_sentences(model, SENTENCES, 8, show_progress_bar=False, precision="fp16")
     assert_same_state(model, before)  # mining or scoring never rounds the model that trains next
 
-    cast = load_model(tiny_model_dir, "cpu").to(dtype)  # the oracle: a separate copy cast by hand
+    cast = load_model(tiny_model_dir, "cpu").to(torch.float16)  # the oracle: a separate copy cast by hand
     raw = cast.encode(SENTENCES, batch_size=8, convert_to_tensor=True).double().numpy()
     expected = raw / np.linalg.norm(raw, axis=1, keepdims=True)
     assert half.dtype == np.float32 and half.shape == fp32.shape
@@ -148,22 +165,39 @@ def test_half_precision_embeddings_are_those_of_a_cast_model(tiny_model_dir, one
     assert (half * fp32).sum(axis=1).min() > 0.99
 
 
+def test_cpu_bf16_embeddings_are_those_of_autocast_with_fp32_weights(tiny_model_dir, one_torch_thread):
+    """bf16 on the CPU: encode under torch's CPU autocast (LayerNorm and softmax in fp32), the
+    model's weights untouched and fp32 throughout."""
+    model = load_model(tiny_model_dir, "cpu")
+    before = state_of(model)
+    fp32 = embed_sentences(model, SENTENCES, 8, show_progress_bar=False)
+    half = embed_sentences(model, SENTENCES, 8, show_progress_bar=False, precision="bf16")
+    assert_same_state(model, before)
+    oracle = load_model(tiny_model_dir, "cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        raw = oracle.encode(SENTENCES, batch_size=8, convert_to_tensor=True).double().numpy()
+    expected = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    np.testing.assert_allclose(half, expected, atol=2e-7)
+    assert half.dtype == np.float32 and not np.array_equal(half, fp32)
+    assert (half * fp32).sum(axis=1).min() > 0.99
+
+
 def test_half_precision_scoring_ranks_with_the_cast_model(tiny_model_dir, one_torch_thread):
     model = load_model(tiny_model_dir, "cpu")
     documents = documents_frame()
     queries = documents[documents["split"].isin(["val", "test"])]
-    cast = load_model(tiny_model_dir, "cpu").to(torch.bfloat16)
+    cast = load_model(tiny_model_dir, "cpu").to(torch.float16)
 
     def unit(texts):
         raw = cast.encode(texts, batch_size=4, convert_to_tensor=True).double().numpy()
         return raw / np.linalg.norm(raw, axis=1, keepdims=True)
 
     expected = hand_ranks(unit(queries["title"].tolist()), unit(documents["body"].tolist()), queries.index.to_numpy())
-    config = config_with({"evaluate": {"batch_size": 4, "precision": "bf16"}})
+    config = config_with({"evaluate": {"batch_size": 4, "precision": "fp16"}})
     before = state_of(model)
     _, ranks = score_model(model, documents, config.evaluate)
     np.testing.assert_array_equal(ranks["rank"].to_numpy(), expected)
-    np.testing.assert_array_equal(rank_queries(model, documents, 4, "bf16")["rank"].to_numpy(), expected)
+    np.testing.assert_array_equal(rank_queries(model, documents, 4, "fp16")["rank"].to_numpy(), expected)
     assert_same_state(model, before)
 
 
@@ -186,3 +220,13 @@ def test_overflow_in_half_precision_is_a_clear_error(tiny_model_dir, one_torch_t
     assert np.isfinite(embed_sentences(model, SENTENCES[:4], 4, show_progress_bar=False)).all()
     with pytest.raises(StageError, match="non-finite embeddings in fp16"):
         embed_sentences(model, SENTENCES[:4], 4, show_progress_bar=False, precision="fp16")
+
+
+def test_a_nan_model_is_an_error_in_fp32_too(tiny_model_dir, one_torch_thread):
+    """A model whose weights went NaN (a diverged training) cannot be scored: every path checks."""
+    model = load_model(tiny_model_dir, "cpu")
+    with torch.no_grad():
+        model[0].auto_model.embeddings.word_embeddings.weight.fill_(float("nan"))
+    for precision in ("fp32", "bf16"):
+        with pytest.raises(StageError, match="non-finite embeddings"):
+            embed_sentences(model, SENTENCES[:4], 4, show_progress_bar=False, precision=precision)

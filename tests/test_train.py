@@ -20,7 +20,7 @@ from infocse.corpora.sentences import split_sentences
 from infocse.errors import StageError
 from infocse.models import load_model
 from infocse.sampler import batch_statistics, document_disjoint_batches, spread_batches
-from infocse.training import dataloader_workers, train_on_pairs, training_batches, training_precision
+from infocse.training import dataloader_workers, text_codes, train_on_pairs, training_batches, training_precision
 
 
 # ---------------------------------------------------------------- document_disjoint_batches
@@ -247,7 +247,8 @@ def test_spread_needs_batch_size_documents():
     doc_codes = np.repeat(np.arange(5), 4)
     assert spread_batches(doc_codes, 8, 0) == []
     assert spread_batches(np.array([], dtype=np.int64), 8, 0) == []
-    pairs = pd.DataFrame({"doc_id": doc_codes.astype(str), "text_a": "a", "text_b": "b"})
+    pairs = pd.DataFrame({"doc_id": doc_codes.astype(str), "text_a": [f"a{i}" for i in range(len(doc_codes))],
+                          "text_b": [f"b{i}" for i in range(len(doc_codes))]})
     training = dataclasses.replace(config_with({}).train, sampler="spread", batch_size=8)
     with pytest.raises(StageError, match="from 5 documents, fewer than the batch size 8: use sampler `greedy`"):
         training_batches(pairs, training, 0)
@@ -258,15 +259,17 @@ def test_training_batches_follow_the_sampler_param():
     """`train.sampler` picks the batching; the default is greedy, epoch e uses seed + e, and
     `devices` is passed on as the multiple each batch is cut to."""
     doc_codes = skewed_codes(0)
-    pairs = pd.DataFrame({"doc_id": [f"doc-{code}" for code in doc_codes], "text_a": "a", "text_b": "b"})
+    pairs = pd.DataFrame({"doc_id": [f"doc-{code}" for code in doc_codes], "text_a": [f"a{i}" for i in range(len(doc_codes))],
+                          "text_b": [f"b{i}" for i in range(len(doc_codes))]})
     default = config_with({"train": {"batch_size": 16, "epochs": 2}}).train
     assert default.sampler == "greedy"
     codes = pd.factorize(pairs["doc_id"])[0]
-    assert training_batches(pairs, default, 3) == (document_disjoint_batches(codes, 16, 3)
-                                                   + document_disjoint_batches(codes, 16, 4))
+    texts = text_codes(pairs)
+    assert training_batches(pairs, default, 3) == (document_disjoint_batches(codes, 16, 3, text_codes=texts)
+                                                   + document_disjoint_batches(codes, 16, 4, text_codes=texts))
     spread = dataclasses.replace(default, sampler="spread", devices=2)
-    assert training_batches(pairs, spread, 3) == (spread_batches(codes, 16, 3, multiple_of=2)
-                                                  + spread_batches(codes, 16, 4, multiple_of=2))
+    assert training_batches(pairs, spread, 3) == (spread_batches(codes, 16, 3, multiple_of=2, text_codes=texts)
+                                                  + spread_batches(codes, 16, 4, multiple_of=2, text_codes=texts))
 
 
 # ---------------------------------------------------------------- batch diagnostics
@@ -290,8 +293,8 @@ def test_batch_statistics_hand_worked():
 
 # ---------------------------------------------------------------- precision and data loading
 @pytest.mark.parametrize("device, precision, bf16_supported, expected", [
-    ("cpu", "auto", True, "fp32"), ("cpu", "auto", False, "fp32"), ("cpu", "fp32", True, "fp32"),
-    ("cpu", "bf16", False, "bf16"),  # the CPU runs bf16 autocast whatever the CUDA flag says
+    ("cpu", "auto", True, "bf16"), ("cpu", "auto", False, "fp32"), ("cpu", "fp32", True, "fp32"),
+    ("cpu", "bf16", False, "bf16"),  # an explicit bf16 runs on any CPU (emulated where the units are missing)
     ("cuda", "auto", True, "bf16"), ("cuda:1", "auto", True, "bf16"), ("cuda", "auto", False, "fp32"),
     ("cuda", "fp16", True, "fp16"), ("cuda", "fp16", False, "fp16"), ("cuda", "fp32", True, "fp32"),
     ("cuda", "bf16", True, "bf16"),
@@ -377,7 +380,8 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
 
     doc_codes = pd.factorize(pairs["doc_id"])[0]
     expected_batches = [b for epoch in range(TRAIN.epochs)
-                        for b in document_disjoint_batches(doc_codes, TRAIN.batch_size, SEED + epoch)]
+                        for b in document_disjoint_batches(doc_codes, TRAIN.batch_size, SEED + epoch,
+                                                           text_codes=text_codes(pairs))]
     assert stats["steps"] == len(expected_batches) > 0
     assert math.isfinite(stats["train_loss"]) and stats["train_loss"] > 0
     assert stats["pairs_used"] == sum(len(b) for b in expected_batches)
@@ -424,26 +428,116 @@ def test_spread_sampler_trains_on_full_batches(tiny_model_dir):
     pairs = tiny_pairs()[0]
     training = dataclasses.replace(TRAIN, epochs=1, sampler="spread")
     _, stats = train_once(tiny_model_dir, training, pairs)
-    expected = spread_batches(pd.factorize(pairs["doc_id"])[0], TRAIN.batch_size, SEED)
+    expected = spread_batches(pd.factorize(pairs["doc_id"])[0], TRAIN.batch_size, SEED, text_codes=text_codes(pairs))
     assert stats["steps"] == len(expected) > 0 and stats["sampler"] == "spread"
     assert stats["batches"]["share_full"] == 1.0 and stats["batches"]["min_size"] == TRAIN.batch_size
     assert stats["pairs_used"] == TRAIN.batch_size * len(expected)
 
 
-def test_precision_on_cpu(tiny_model_dir):
-    """On the CPU `auto` trains exactly as fp32 (the same weights, bit for bit); an explicit bf16 is
-    accepted and used (CPU autocast: the weights end elsewhere); fp16 is refused in one line
-    before any training."""
+def fake_cpu_bf16(monkeypatch, present: bool) -> None:
+    """This process's CPU as one with (or without) bf16 matrix instructions, whatever it really has."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: present)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+
+
+def test_precision_on_cpu(tiny_model_dir, monkeypatch):
+    """On a CPU without bf16 units `auto` trains exactly as fp32 (the same weights, bit for bit);
+    on one with them `auto` is bf16, exactly as an explicit bf16 (CPU autocast: the weights end
+    elsewhere, and stay fp32); fp16 is refused in one line before any training."""
     one_epoch = dataclasses.replace(TRAIN, epochs=1)
+    fake_cpu_bf16(monkeypatch, False)
     fp32, fp32_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp32"))
     auto, auto_stats = train_once(tiny_model_dir, one_epoch)
     bf16, bf16_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="bf16"))
     assert auto_stats["precision"] == fp32_stats["precision"] == "fp32" and bf16_stats["precision"] == "bf16"
     assert all(torch.equal(auto[k], fp32[k]) for k in fp32) and auto_stats["train_loss"] == fp32_stats["train_loss"]
     assert any(not torch.equal(bf16[k], fp32[k]) for k in fp32), "bf16 was asked for but not used"
-    assert bf16[next(iter(bf16))].dtype == torch.float32, "mixed precision keeps fp32 weights"
+    assert {tensor.dtype for tensor in bf16.values() if tensor.is_floating_point()} == {torch.float32}
+    fake_cpu_bf16(monkeypatch, True)
+    auto_bf16, auto_bf16_stats = train_once(tiny_model_dir, one_epoch)
+    assert auto_bf16_stats["precision"] == "bf16" and all(torch.equal(auto_bf16[k], bf16[k]) for k in bf16)
     with pytest.raises(StageError, match="^training precision fp16 needs a CUDA device, but the device is cpu"):
         train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp16"))
+
+
+def test_bf16_cpu_training_keeps_fp32_master_weights_and_a_plain_fp32_model(tiny_model_dir, tmp_path, monkeypatch):
+    """bf16 on the CPU is mixed precision: the optimizer's state is fp32 (checked on the trainer's
+    own AdamW), the saved model is fp32, and plain `SentenceTransformer(path)` loads it and encodes
+    exactly what the trained model encodes in fp32."""
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+
+    from infocse.models import save_model
+
+    optimizer_dtypes = set()
+    train = SentenceTransformerTrainer.train
+
+    def train_and_look(self, *args, **kwargs):
+        result = train(self, *args, **kwargs)
+        optimizer_dtypes.update(value.dtype for state in self.optimizer.state.values()
+                                for value in state.values() if torch.is_tensor(value) and value.is_floating_point())
+        return result
+
+    monkeypatch.setattr(SentenceTransformerTrainer, "train", train_and_look)
+    model = load_model(tiny_model_dir, "cpu")
+    stats = train_on_pairs(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1, precision="bf16"), SEED, "cpu")
+    assert stats["precision"] == "bf16" and optimizer_dtypes == {torch.float32}
+    save_model(model, tmp_path / "model")
+    loaded = SentenceTransformer(str(tmp_path / "model"), device="cpu")
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    texts = ["The striker scored a late goal.", "Shares fell sharply on Monday."]
+    np.testing.assert_array_equal(loaded.encode(texts), model.encode(texts))
+
+
+def test_a_non_finite_loss_stops_training_naming_the_iteration(tiny_model_dir):
+    """A model whose weights went NaN gives a NaN loss: training stops with one line naming where."""
+    model = load_model(tiny_model_dir, "cpu")
+    with torch.no_grad():
+        model[0].auto_model.embeddings.word_embeddings.weight.fill_(float("nan"))
+    with pytest.raises(StageError, match="^iteration 3: the (mean )?training loss (became|is) nan") as error:
+        train_on_pairs(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1), SEED, "cpu", label="iteration 3")
+    assert "\n" not in str(error.value)
+
+
+# ---------------------------------------------------------------- no text twice in a batch
+def duplicated_text_pairs(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """300 pairs of 40 documents whose texts repeat across documents (a byline, "he said."): text
+    codes drawn from 150 texts, so many pairs share one."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 40, size=300), rng.integers(0, 150, size=(300, 2))
+
+
+@pytest.mark.parametrize("sampler", [document_disjoint_batches, spread_batches])
+@pytest.mark.parametrize("seed", range(3))
+def test_no_batch_holds_a_text_twice(sampler, seed):
+    """With text codes, no batch repeats a text (across its anchors and positives, as
+    sentence-transformers' no-duplicates sampler), and batches stay document-disjoint; without
+    them the same table does put a text twice into some batch (so the rule is what prevents it)."""
+    doc_codes, texts = duplicated_text_pairs(seed)
+    doc_codes = np.sort(doc_codes)
+    batches = sampler(doc_codes, 8, seed, text_codes=texts)
+    assert batches
+    check_batches(batches, doc_codes, 8)
+    def repeats_a_text(batch: list[int]) -> bool:  # a text of one pair among another pair's texts
+        own = [set(texts[index].tolist()) for index in batch]
+        return sum(map(len, own)) > len(set().union(*own))
+
+    assert not any(repeats_a_text(batch) for batch in batches)
+    assert any(repeats_a_text(batch) for batch in sampler(doc_codes, 8, seed))
+
+
+def test_a_pair_of_one_text_twice_is_allowed_alone():
+    """SimCSE's (s, s): one pair's own two texts may be equal; only other pairs may not repeat them."""
+    doc_codes = np.arange(4)
+    texts = np.array([[0, 0], [1, 1], [0, 2], [3, 3]])
+    batches = document_disjoint_batches(doc_codes, 4, 0, text_codes=texts)
+    assert all(not ({0, 2} <= set(b)) for b in batches)
+    assert sorted(i for b in batches for i in b) in ([0, 1, 3], [1, 2, 3], [0, 1, 2, 3])
+
+
+def test_text_codes_cover_both_columns():
+    pairs = pd.DataFrame({"text_a": ["x", "y", "z"], "text_b": ["y", "x", "z"]})
+    codes = text_codes(pairs)
+    assert codes.shape == (3, 2) and codes[0, 1] == codes[1, 0] and codes[0, 0] == codes[1, 1] and codes[2, 0] == codes[2, 1]
 
 
 def test_training_leaves_no_scratch_folder(tiny_model_dir, tmp_path, monkeypatch):

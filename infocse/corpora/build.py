@@ -6,15 +6,19 @@ import pandas as pd
 
 from infocse.config import SPLITS, Config
 from infocse.corpora.manpages import manpages_version
+from infocse.corpora.mix import mix_sentences
 from infocse.corpora.readers import read_documents
 from infocse.corpora.sentences import build_sentence_table
 from infocse.corpora.splits import assign_splits
 from infocse.errors import StageError
+from infocse.seeds import derived_seed
 
 
 def prepare_corpus(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(documents, sentences, statistics). The sentence table does not depend on the label split,
-    so changing the split seed does not re-embed anything."""
+    """(documents, sentences, statistics). Without mixing the sentence table does not depend on
+    `seed`, so changing the split seed does not re-embed anything; a mixed corpus
+    (`corpus.mix.sources` > 1) groups its sources anew for each seed, the documents (and so
+    evaluation) unchanged."""
     corpus = config.corpus
     documents = read_documents(corpus)
     before = len(documents)
@@ -29,6 +33,10 @@ def prepare_corpus(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     if sentences.groupby("doc_id").size().ge(2).sum() == 0:
         raise StageError("no document has two or more sentences: there is nothing to pair")
     documents["split"] = assign_splits(documents, config.split, config.seed)
+    if corpus.mix_sources > 1:
+        sentences = mix_sentences(sentences, documents, corpus.mix_sources, corpus.mix_order,
+                                  derived_seed(config.seed, "mix"))
+        stats["mixed_documents"] = int(sentences["doc_id"].nunique())
     if corpus.source == "manpages":
         stats["manpages_version"] = manpages_version(corpus.manpages_root)
     stats.update({"documents": len(documents), "duplicate_bodies_dropped": before - len(documents),

@@ -63,14 +63,16 @@ def gather_partitions(results, partitions: int) -> np.ndarray:
 
 def cluster_with_ray(config: Config, embeddings_path: Path | str,
                      sentences_path: Path | str = SENTENCES,
-                     miner: Callable = mine_partition) -> tuple[pd.DataFrame, dict]:
+                     miner: Callable = mine_partition, seed: int | None = None) -> tuple[pd.DataFrame, dict]:
     """The local engine's pair table and statistics (`infocse.idc.cluster_sentences`), mined partition by
     partition; the kept pairs then follow from all labels at once, exactly as locally.
-    `miner` is the per-partition function (a parameter so a test can make it fail once)."""
+    `miner` is the per-partition function (a parameter so a test can make it fail once); `seed`
+    draws the budget's sample (None: params `seed`)."""
     if config.idc.method == "kmeans":
         raise StageError("`idc.method: kmeans` fits one K-means over all sentences at once, so it runs on "
                          "the local engine only: set `engine.name: local`")
-    engine, seed = config.engine, config.seed
+    engine = config.engine
+    seed = config.seed if seed is None else seed
     doc_codes = sentence_document_codes(sentences_path)
     embeddings = np.load(embeddings_path, mmap_mode="r")
     if len(embeddings) != len(doc_codes):
