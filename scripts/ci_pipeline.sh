@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# What a CI job runs for the pipeline (docs/caching.md): install, `dvc repro` that restores every
+# stage whose deps and params did not change from the DVC remote instead of recomputing it, push the
+# outputs and the run cache for the next job, then the params and metrics diff as Markdown.
+# Everything comes from the environment, so the same steps run locally:
+#   DVC_REMOTE_URL       storage shared by CI jobs (a folder, s3://, gs://, azure://, ssh://); added as
+#                        the default remote in .dvc/config.local, which git ignores. Unset: the remote
+#                        already configured, else none (nothing restored, nothing pushed). Credentials:
+#                        the storage's own variables (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS, ...)
+#   DIFF_AGAINST         branch or rev the diffs compare with; default: the pull (merge) request's
+#                        target branch (GITHUB_BASE_REF, CI_MERGE_REQUEST_TARGET_BRANCH_NAME), else HEAD
+#                        (the committed params and metrics). Fetched from origin when the checkout lacks it
+#   GITHUB_STEP_SUMMARY  the file the diffs are appended to (GitHub Actions sets it); else stdout
+#   SKIP_INSTALL=1       use the dvc and python on PATH instead of running scripts/install.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { echo "== $*" >&2; }
+# A diff with no changes is a table header alone (two lines): say so instead.
+table_or() { if [ "$(printf '%s\n' "$1" | wc -l)" -gt 2 ]; then printf '%s\n' "$1"; else echo "$2"; fi; }
+
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then
+  step "install"
+  bash scripts/install.sh
+  . .venv/bin/activate
+  case "${DVC_REMOTE_URL:-}" in  # the remote's DVC plugin, at the installed DVC's version
+    s3://*) extra=s3 ;; gs://*) extra=gs ;; azure://*) extra=azure ;; ssh://*) extra=ssh ;; *) extra= ;;
+  esac
+  if [ -n "$extra" ]; then
+    python -m pip install -q "dvc[$extra]==$(python -c 'import dvc; print(dvc.__version__)')"
+  fi
+fi
+
+if [ -n "${DVC_REMOTE_URL:-}" ]; then
+  dvc remote add --local --default --force ci "$DVC_REMOTE_URL"
+fi
+if dvc remote default >/dev/null 2>&1; then
+  step "dvc repro --pull (unchanged stages are restored from the remote, the rest run)"
+  dvc repro --pull
+  step "dvc push --run-cache"
+  dvc push --run-cache
+  # A run-cache entry also restores the stage's `cache: false` metrics, which `dvc push` leaves to
+  # git: push the ones this job produced, or another machine cannot restore the stage from the entry.
+  python - <<'EOF_PY'
+from dvc.repo import Repo
+
+with Repo() as repo:
+    outs = [out for out in repo.index.outs
+            if not out.use_cache and out.hash_info and out.cache.exists(out.hash_info.value)]
+    result = repo.cloud.push([out.hash_info for out in outs])
+    if result.failed:
+        raise SystemExit(f"failed to push {len(result.failed)} of the run cache's cache: false outputs")
+    print(f"{len(result.transferred)} cache: false outputs pushed for the run cache")
+EOF_PY
+else
+  echo "warning: no DVC remote (set DVC_REMOTE_URL): stages not in the local cache are recomputed, nothing is shared" >&2
+  step "dvc repro"
+  dvc repro
+fi
+
+target="${DIFF_AGAINST:-${GITHUB_BASE_REF:-${CI_MERGE_REQUEST_TARGET_BRANCH_NAME:-HEAD}}}"
+if ! rev=$(git rev-parse --verify --quiet --short "$target^{commit}"); then
+  step "git fetch origin $target"
+  git fetch --quiet origin "$target"
+  rev=$(git rev-parse --verify --short FETCH_HEAD)
+fi
+summary="${GITHUB_STEP_SUMMARY:-/dev/stdout}"
+params=$(dvc params diff --md "$rev")
+metrics=$(dvc metrics diff --md "$rev")
+{
+  echo "### Pipeline: params and metrics against \`$target\` ($rev)"
+  echo
+  echo "#### Params"
+  echo
+  table_or "$params" "No params changed."
+  echo
+  echo "#### Metrics"
+  echo
+  table_or "$metrics" "No metrics changed."
+} >>"$summary"
