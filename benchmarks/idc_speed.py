@@ -14,7 +14,7 @@ Every case runs in its own subprocess, with its thread count fixed before numpy 
   times each, best time kept (the machine may be shared). Three measures, each as sentences/s and
   as the stage/plain ratio: clustering (embeddings -> labels); clustering and every mined pair
   (what both build when nothing caps the pairs); and clustering and the pairs the default budget
-  keeps (stage: pairs streamed under the cap; plain: all pairs, then `cap_pairs`). The two
+  keeps (stage: only the kept pairs built from their numbers; plain: all pairs, then `cap_pairs`). The two
   versions' labels and pairs are compared, and where their top-K neighbour sets differ, for how
   many sentences and by how much (float64 similarity sums). With `--before FILE` (an earlier infocse/idc.py, e.g.
   `git show 94f79c0:infocse/idc.py > /tmp/idc_before.py`), its `partition_idc(embeddings,

@@ -138,8 +138,10 @@ def annotate(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, se
 
 def annotator_pairs(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, budget: Budget, seed: int,
                     mask_token: str = "[MASK]") -> tuple[pd.DataFrame, dict]:
-    """One annotator's pairs, cut to the shared budget exactly as IDC's are, and their statistics."""
-    candidates = annotate(method, sentences, options, seed, mask_token)
+    """One annotator's pairs, cut to the shared budget exactly as IDC's are, and their statistics;
+    the augmentation draws from a child of `seed`, the budget from `seed` itself (as IDC's)."""
+    augment_seed = int(np.random.SeedSequence(seed).spawn(1)[0].generate_state(1)[0])
+    candidates = annotate(method, sentences, options, augment_seed, mask_token)
     kept = cap_pairs(document_codes(candidates["doc_id"]), budget, seed)
     pairs = candidates.iloc[kept].reset_index(drop=True)
     return pairs, {"method": method, "pairs_mined": int(len(candidates)), **pair_table_statistics(pairs)}

@@ -239,7 +239,8 @@ def cluster_sentences(idc: IdcConfig, budget: Budget, seed: int, sentences: pd.D
         raise StageError(f"{len(embeddings)} embeddings for {len(sentences)} sentences: re-run the embed stage")
     doc_codes = document_codes(sentences["doc_id"])
     started = time.perf_counter()
-    labels = mine_clusters(idc, embeddings, doc_codes, seed)
+    kmeans_seed = int(np.random.SeedSequence(seed).spawn(1)[0].generate_state(1)[0])  # not the budget's stream
+    labels = mine_clusters(idc, embeddings, doc_codes, kmeans_seed)
     first, second = cluster_pairs(labels, doc_codes, budget, seed)
     seconds = time.perf_counter() - started
     pairs, stats = idc_pair_table(sentences, labels, first, second, doc_codes)

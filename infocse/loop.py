@@ -2,7 +2,8 @@
 on validation by the same state as the staged pipeline (infocse/stopping.py).
 
 The same steps, seeds and lengths as the stages embed@t, cluster@t, train@t and evaluate@t (a
-test runs both on a tiny corpus and compares pairs and metrics). Two settings do not apply
+test runs both on a tiny corpus and compares pair statistics and metrics; on a mixed corpus the
+pair precision too). Two settings do not apply
 here, by design: `engine` (the local engine mines exactly the ray engine's pairs) and
 `idc.first_round_annotator` (it mines round 1 of the main loop; an InfoCSE++ round starts from
 a fine-tuned model, which mines its own pairs).
@@ -15,6 +16,7 @@ import copy
 import pandas as pd
 
 from infocse.config import Config, LoopConfig
+from infocse.corpora.mix import pair_precision
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
 from infocse.idc import cluster_sentences
@@ -53,6 +55,8 @@ def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataF
         if state["best_iteration"] == t:
             best_weights = copy.deepcopy(model.state_dict())
         stats.pop("idc_seconds")
+        if "source_id" in sentences:
+            stats.update(pair_precision(pairs, sentences))
         history.append({"iteration": t, "val": result["val"], "test": result["test"], "pairs": stats["pairs"],
                         "pair_statistics": stats})
     model.load_state_dict(best_weights)

@@ -6,9 +6,10 @@ no-duplicates sampler ensures): a sentence repeated across documents (a byline, 
 would otherwise be its own negative. The batches are planned up front (pair row indices) and handed to the
 trainer by `PrecomputedBatchSampler`. Two ways to fill them (params `train.sampler`):
 
-- `greedy`: shuffle the pairs, fill each batch in that order, skipping a document already in it.
-  A batch is full whenever `batch_size` documents still hold pairs; once fewer do, the last
-  batches shrink to the few (long) documents left, down to two pairs.
+- `greedy`: shuffle the pairs, fill each batch in that order, skipping a pair whose document or
+  text is already in it. A batch is full whenever `batch_size` documents still hold pairs that
+  repeat no text; once fewer do, the last batches shrink to the few (long) documents left, down
+  to two pairs.
 - `spread`: only full batches. Each takes one pair from each of the `batch_size` documents with
   the most pairs left, which spreads a long document's pairs over the epoch and forms as many
   full batches as the table allows; the pairs no full batch can take are left out.
@@ -59,6 +60,9 @@ def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int,
                 if text_codes is not None:
                     texts.update(text_codes[index].tolist())
         deferred += waiting[filled_at:]
+        if len(batch) == 1 and any(codes[index] != codes[waiting[0]] for index in waiting):
+            waiting = waiting[1:]  # its first pair repeats a text of every other document's: it alone goes
+            continue
         if multiple_of > 1 and len(batch) % multiple_of:
             batch = batch[: len(batch) - len(batch) % multiple_of]
             kept = set(batch)
@@ -77,8 +81,8 @@ def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_o
     `seed`), while at least `batch_size` documents hold pairs. Taking from the largest documents
     first forms the most full batches any document-disjoint batching can. With `multiple_of` > 1
     the batch size is cut to a multiple of it (each device takes an equal slice). Given
-    `text_codes`, a document whose next pair repeats a text of the batch sits this batch out;
-    once no full batch can be formed, batching ends."""
+    `text_codes`, a document gives its next pair that repeats no text of the batch, and sits the
+    batch out if it has none; once the documents left cannot fill a batch that way, batching ends."""
     size = batch_size - batch_size % multiple_of
     codes = np.asarray(doc_codes, dtype=np.int64)
     rng = np.random.default_rng(seed)
@@ -93,11 +97,15 @@ def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_o
         batch, texts, taken, sat_out = [], set(), [], []
         while len(batch) < size and heap:
             entry = heapq.heappop(heap)
-            index = left[entry[2]][-1]
-            if conflicts(text_codes, index, texts):
+            pairs_left = left[entry[2]]
+            usable = next((i for i in range(len(pairs_left) - 1, -1, -1)
+                           if not conflicts(text_codes, pairs_left[i], texts)), None)
+            if usable is None:  # every pair of this document repeats a text of the batch
                 sat_out.append(entry)
                 continue
-            batch.append(left[entry[2]].pop())
+            pairs_left[usable], pairs_left[-1] = pairs_left[-1], pairs_left[usable]
+            index = pairs_left.pop()
+            batch.append(index)
             taken.append(entry)
             if text_codes is not None:
                 texts.update(text_codes[index].tolist())

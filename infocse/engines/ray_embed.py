@@ -27,16 +27,19 @@ from infocse.paths import SENTENCES
 class SentenceEncoder:
     """A Ray Data actor: loads the model once, then encodes whole partitions."""
 
-    def __init__(self, model_path: str, device: str | None, max_seq_length: int, batch_size: int, sentences_path: str):
+    def __init__(self, model_path: str, device: str | None, max_seq_length: int, batch_size: int, sentences_path: str,
+                 precision: str = "fp32"):
         self.model = load_model(model_path, device, max_seq_length)
         self.batch_size = batch_size
         self.sentences_path = sentences_path
+        self.precision = precision
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = np.concatenate([np.arange(a, b) for a, b in zip(batch["start"], batch["stop"])])
         texts = [text for a, b in zip(batch["start"], batch["stop"])
                  for text in read_rows(self.sentences_path, int(a), int(b), ["text"]).column("text").to_pylist()]
-        return {"row": rows, "embedding": embed_sentences(self.model, texts, self.batch_size, show_progress_bar=False)}
+        return {"row": rows, "embedding": embed_sentences(self.model, texts, self.batch_size, show_progress_bar=False,
+                                                          precision=self.precision)}
 
 
 def encoder_resources(ray, engine: EngineConfig, device: str | None) -> tuple[int, float]:
@@ -60,7 +63,7 @@ def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
         actors, gpus = encoder_resources(ray, engine, config.device)
         encoder_args = {"model_path": str(Path(model_path).resolve()), "device": config.device,
                         "max_seq_length": config.embed.max_seq_length, "batch_size": config.embed.batch_size,
-                        "sentences_path": str(Path(sentences_path).resolve())}
+                        "sentences_path": str(Path(sentences_path).resolve()), "precision": config.embed.precision}
         embedded = map_partitions(partition_dataset(ray, bounds), SentenceEncoder, fn_constructor_kwargs=encoder_args,
                                   compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus,
                                   max_restarts=RETRIES, max_task_retries=RETRIES)
