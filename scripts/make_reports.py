@@ -3,7 +3,8 @@
     python -m scripts.make_reports
 
 writes reports/comparison.md, reports/convergence.png (scripts/compare_experiments.py) and
-reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py) from
+reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py) and
+reports/paper_tables.md, reports/paper_tables.png (scripts/paper_tables.py) from
 `results/runs/*.json` alone; the same run files give the same bytes. New runs get there with
 `python -m scripts.export_runs` (after `dvc exp run` experiments; `--workspace NAME` for a
 `dvc repro` in the working tree).
@@ -11,12 +12,13 @@ reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py) fro
 
 from __future__ import annotations
 
-from scripts import compare_experiments, compare_fewshot
+from scripts import compare_experiments, compare_fewshot, paper_tables
 
 
 def main() -> None:
     compare_experiments.main()
     compare_fewshot.main()
+    paper_tables.main()
 
 
 if __name__ == "__main__":
