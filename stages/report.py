@@ -1,4 +1,5 @@
-"""report: the run's table (reports/report.md) and convergence curve (reports/run_convergence.*).
+"""report: the run's table (reports/report.md), its headline metrics (metrics/summary.json) and
+the data of `dvc plots`: convergence, training loss and pair statistics (reports/run_*.csv).
 
 Rows are iterations (0 = f_0). Test deltas against f_0 carry paired-bootstrap 95% intervals over
 the test queries of this one run.
@@ -6,16 +7,28 @@ the test queries of this one run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from infocse.config import METRICS, load_config
 from infocse.errors import run_stage
-from infocse.io import atomic_output, read_json, write_text
+from infocse.io import atomic_output, read_json, write_json, write_text
 from infocse.paths import BEST_METRICS, CONVERGENCE_CSV, CONVERGENCE_PLOT, CORPUS_METRICS, REPORT, IterationPaths
 from infocse.reporting import markdown_table, new_figure, paired_bootstrap, save_figure
 from infocse.retrieval import per_query_scores
 
 DELTA_METRICS = ("recall@1", "mrr@10")
+# Named here, not in infocse/paths.py: every stage depends on that file, and a new path there
+# would rerun the whole pipeline for outputs only this stage writes.
+SUMMARY = Path("metrics/summary.json")
+LOSS_CSV = Path("reports/run_loss.csv")
+PAIRS_CSV = Path("reports/run_pairs.csv")
+# Always every column, NaN where a round has none: dvc.yaml's plots name them, `dvc plots` fails
+# on a named field that a file lacks, and Vega-Lite draws no point for NaN (all CSVs here: NaN).
+PAIR_STATISTICS = ("pairs", "mean_cluster_size", "mean_token_jaccard", "pair_source_precision",
+                   "pair_category_precision")
+LOOP_STAGE_FILES = ("embed", "pairs", "train", "evaluate")  # per iteration; iteration 0's train.json is init's
 
 
 def read_optional(path) -> dict:
@@ -73,6 +86,54 @@ def test_deltas(iterations: list[int], samples: int, seed: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def mined_pairs(iterations: list[int]) -> dict[int, dict]:
+    """pairs.json of every iteration that mined pairs (not f_0 without an init round, nor a round
+    after the loop stopped)."""
+    stats = {t: read_optional(IterationPaths(t).metrics / "pairs.json") for t in iterations}
+    return {t: pairs for t, pairs in stats.items() if pairs.get("pairs")}
+
+
+def headline(states: dict[int, dict], best: int) -> dict:
+    """The few numbers `dvc exp show` compares runs on, named unlike any other metric so that its
+    columns carry no file prefix. Test deltas are against f_0 (iteration 0); the seconds are those
+    of init, evaluate_init and every embed, cluster, train and evaluate (fine-tuning runs later)."""
+    chosen, seed, metric = states[best], states[0], states[0]["val_metric"]
+    summary = {"chosen_iteration": best, f"val_{metric}": chosen.get("val", {}).get(metric),
+               "pairs_per_round": {str(t): stats["pairs"] for t, stats in mined_pairs(list(states)).items()},
+               "total_seconds": sum(read_optional(IterationPaths(t).metrics / f"{name}.json").get("seconds", 0.0)
+                                    for t in states for name in LOOP_STAGE_FILES)}
+    for name in DELTA_METRICS:
+        value = chosen.get("test", {}).get(name)
+        summary[f"test_{name}"] = value
+        summary[f"test_{name}_vs_seed"] = None if value is None else value - seed["test"][name]
+    return summary
+
+
+def loss_curves(iterations: list[int]) -> pd.DataFrame:
+    """Every logged training loss; `run_step` counts steps over the whole run, so the curve of
+    all iterations reads left to right (`step` restarts each iteration)."""
+    rows, offset = [], 0
+    for t in iterations:
+        train = read_optional(IterationPaths(t).metrics / "train.json")
+        rows += [{"iteration": t, "step": point["step"], "run_step": offset + point["step"], "loss": point["loss"]}
+                 for point in train.get("loss_curve", [])]
+        offset += train.get("steps", 0)
+    return pd.DataFrame(rows, columns=["iteration", "step", "run_step", "loss"])
+
+
+def pair_statistics(iterations: list[int]) -> pd.DataFrame:
+    """Per iteration that mined pairs: how many, cluster size, token overlap, and on a mixed
+    corpus the share of pairs from one source and one category."""
+    rows = [{"iteration": t, **{name: stats.get(name) for name in PAIR_STATISTICS}}
+            for t, stats in mined_pairs(iterations).items()]
+    return pd.DataFrame(rows, columns=["iteration", *PAIR_STATISTICS])
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_output(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.6f", na_rep="NaN")
+
+
 def plot_convergence(curve: pd.DataFrame, metric: str) -> None:
     figure, axis = new_figure()
     for split in ("val", "test"):
@@ -99,9 +160,11 @@ def main() -> None:
     curve = pd.DataFrame([{"iteration": t, **{f"{split}_{m}": state.get(split, {}).get(m)
                                                for split in ("val", "test") for m in METRICS}}
                           for t, state in states.items() if not state["stopped"]])
-    with atomic_output(CONVERGENCE_CSV) as tmp:
-        curve.to_csv(tmp, index=False, float_format="%.6f")
+    write_csv(curve, CONVERGENCE_CSV)
     plot_convergence(curve, metric)
+    write_csv(loss_curves(iterations), LOSS_CSV)
+    write_csv(pair_statistics(iterations), PAIRS_CSV)
+    write_json(SUMMARY, headline(states, best))
     if first.get("val_queries", 0):
         chosen = f"Best iteration by validation: **{best}**."
     elif corpus.get("documents_with_title") == 0:
@@ -127,7 +190,7 @@ def main() -> None:
     lines += ["", "An interval that contains 0 means this run cannot tell the model from iteration 0 on test. "
                   "One run is one training seed and one label split; see the README for the spread over several.", ""]
     write_text(REPORT, "\n".join(lines))
-    print(f"wrote {REPORT}, {CONVERGENCE_PLOT}")
+    print(f"wrote {REPORT}, {SUMMARY}, {CONVERGENCE_PLOT}, {LOSS_CSV}, {PAIRS_CSV}")
 
 
 if __name__ == "__main__":

@@ -213,7 +213,7 @@ def test_cuda_without_cuda_is_blamed_on_the_device(scratch, tmp_path, monkeypatc
 
 
 # ---------------------------------------------------------------- unusual corpora that must run
-PIPELINE = ["prepare", "init", "annotator_model", "evaluate_init", "embed@1", "cluster@1", "train@1", "evaluate@1",
+PIPELINE = ["prepare", "init", "evaluate_init", "annotator_model", "embed@1", "cluster@1", "train@1", "evaluate@1",
             "select", "report", "labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"]
 
 

@@ -1,0 +1,119 @@
+"""The report stage's headline metrics (metrics/summary.json) and the data behind `dvc plots`, on
+the tiny end-to-end run: every value recomputed here from the iteration metrics the other stages
+wrote, and every declared plot rendered by DVC itself."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pipeline_helpers import run
+
+HEADLINE_DELTAS = ("recall@1", "mrr@10")
+EXP_SHOW_FIXED_COLUMNS = ("Experiment", "rev", "typ", "Created", "parent", "State", "Executor")  # before any metric
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def iteration_metrics(project: Path, name: str) -> dict[int, dict]:
+    """{t: metrics/iterations/iter-t/<name>} for every iteration that has that file."""
+    folders = (project / "metrics/iterations").glob("iter-*")
+    return {int(folder.name.removeprefix("iter-")): read_json(folder / name) for folder in folders
+            if (folder / name).exists()}
+
+
+def expected_summary(project: Path) -> dict:
+    """The headline from the iteration files alone: the first iteration with the best val score
+    among those that ran, its test scores minus iteration 0's, the pairs of every round that mined
+    any, and the seconds of every stage file under metrics/iterations."""
+    states = iteration_metrics(project, "retrieval.json")
+    metric = states[0]["val_metric"]
+    ran = [t for t in sorted(states) if not states[t]["stopped"]]
+    chosen = max(ran, key=lambda t: (states[t]["val"][metric], -t))
+    pairs = iteration_metrics(project, "pairs.json")
+    summary = {"chosen_iteration": chosen, f"val_{metric}": states[chosen]["val"][metric],
+               "pairs_per_round": {str(t): stats["pairs"] for t, stats in pairs.items() if stats.get("pairs")},
+               "total_seconds": sum(read_json(path).get("seconds", 0.0)
+                                    for path in (project / "metrics/iterations").glob("iter-*/*.json"))}
+    for name in HEADLINE_DELTAS:
+        summary[f"test_{name}"] = states[chosen]["test"][name]
+        summary[f"test_{name}_vs_seed"] = states[chosen]["test"][name] - states[0]["test"][name]
+    return summary
+
+
+def assert_report_files_match_metrics(project: Path) -> None:
+    summary, expected = read_json(project / "metrics/summary.json"), expected_summary(project)
+    assert summary.pop("pairs_per_round") == expected.pop("pairs_per_round")
+    assert summary == pytest.approx(expected, rel=1e-12, abs=1e-12)  # seconds summed in another order
+    loss = pd.read_csv(project / "reports/run_loss.csv")
+    train = iteration_metrics(project, "train.json")
+    curves = [(t, point["step"], point["loss"]) for t, stats in sorted(train.items()) for point in stats.get("loss_curve", [])]
+    assert curves and list(zip(loss["iteration"], loss["step"])) == [(t, step) for t, step, _ in curves]
+    assert list(loss["loss"]) == pytest.approx([value for _, _, value in curves], abs=1e-6)
+    steps_before = {t: sum(stats.get("steps", 0) for u, stats in train.items() if u < t) for t in train}
+    assert list(loss["run_step"]) == [steps_before[t] + step for t, step, _ in curves]
+    pairs = pd.read_csv(project / "reports/run_pairs.csv").set_index("iteration")
+    mined = {t: stats for t, stats in iteration_metrics(project, "pairs.json").items() if stats.get("pairs")}
+    assert sorted(pairs.index) == sorted(mined)
+    for t, stats in mined.items():
+        for column in pairs.columns:
+            value = pairs.loc[t, column]
+            assert math.isnan(value) if column not in stats else value == pytest.approx(stats[column], abs=1e-6), column
+
+
+def test_summary_and_plot_data_match_the_iteration_metrics(built_project):
+    assert_report_files_match_metrics(built_project[0])
+
+
+def test_summary_follows_a_later_iteration_that_wins(project):
+    """The tiny run keeps iteration 0 (deltas 0): give iteration 1 better scores and the pair
+    precisions of a mixed corpus, rerun select and report, and the summary follows."""
+    retrieval = project / "metrics/iterations/iter-1/retrieval.json"
+    state = read_json(retrieval)
+    state["val"][state["val_metric"]] += 0.25
+    state["test"] = {name: value + 0.125 for name, value in state["test"].items()}
+    state.update(best_iteration=1, best_score=state["val"][state["val_metric"]], since_best=0)
+    retrieval.write_text(json.dumps(state))
+    pairs_file = project / "metrics/iterations/iter-1/pairs.json"
+    pairs_file.write_text(json.dumps({**read_json(pairs_file), "pair_source_precision": 0.75,
+                                      "pair_category_precision": 0.875}))
+    for stage in ("stages.select_best", "stages.report"):
+        run([sys.executable, "-m", stage], project)
+    assert_report_files_match_metrics(project)
+    summary = read_json(project / "metrics/summary.json")
+    assert summary["chosen_iteration"] == 1 and summary["test_recall@1_vs_seed"] == pytest.approx(0.125)
+
+
+def test_dvc_plots_render_convergence_loss_and_pair_statistics(built_project):
+    project, _ = built_project
+    shown = json.loads(run([sys.executable, "-m", "dvc", "plots", "show", "--json"], project).stdout)
+    assert "errors" not in shown, shown.get("errors")
+    rows = {plot: [row for entry in entries if entry["type"] == "vega" for row in entry["content"]["data"]["values"]]
+            for plot, entries in shown["data"].items()}
+    for plot, field in [("reports/run_convergence.csv", "val_mrr@10"), ("reports/run_loss.csv", "loss"),
+                        ("reports/run_pairs.csv", "mean_token_jaccard"), ("pairs per round", "pairs"),
+                        ("mean cluster size", "mean_cluster_size")]:
+        assert rows.get(plot) and all(row[field] != "NaN" for row in rows[plot]), plot
+    # no sources in the tiny corpus: NaN, which Vega-Lite leaves out (an empty cell can plot as 0)
+    assert {row["pair_source_precision"] for row in rows["reports/run_pairs.csv"]} == {"NaN"}
+    loss = pd.read_csv(project / "reports/run_loss.csv")
+    assert [float(row["loss"]) for row in rows["reports/run_loss.csv"]] == pytest.approx(list(loss["loss"]), abs=1e-6)
+
+
+def test_dvc_exp_show_leads_with_the_headline_metrics(project):
+    """`dvc exp show` orders metric columns by the stages' order in dvc.yaml, then by the keys of
+    each file: the report stage is declared first, so the summary's columns come first."""
+    run(["git", "add", "-A"], project)
+    run(["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-qm", "tiny run"], project)
+    header = run([sys.executable, "-m", "dvc", "exp", "show", "--csv"], project).stdout.splitlines()[0].split(",")
+    columns = []
+    for key, value in read_json(project / "metrics/summary.json").items():
+        columns += [f"{key}.{sub}" for sub in value] if isinstance(value, dict) else [key]
+    start = max(header.index(name) for name in EXP_SHOW_FIXED_COLUMNS if name in header) + 1
+    assert header[start:start + len(columns)] == columns, header[:start + len(columns)]
