@@ -3,7 +3,7 @@
 # part of the pipeline (targets `select report`: no labels, no fine-tuning), then run them one at a
 # time, export them as committed run files and regenerate the reports:
 #
-#   bash scripts/queue_comparison.sh [main|ablations|sweep|all] [corpus ...]
+#   bash scripts/queue_comparison.sh [main|ablations|sweep|mixed|all] [corpus ...]
 #   dvc queue start -j 1          # one at a time: each run uses every core
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports  # the run files are the data behind every report
@@ -18,8 +18,12 @@
 #            document (budget.max_pairs=all); BUDGETS="all10 ..." limits it to those budgets (names:
 #            default all10 all20 all40), e.g. `BUDGETS=all20 bash scripts/queue_comparison.sh sweep bbc`
 #            for the chosen budget on another corpus
-# Corpora default to "bbc manpages" (sweep: manpages). Each experiment is named
-# <corpus>-<row>[-<budget>]-s<seed>; an existing name is replaced (--force). With ONLY_MISSING=1, a
+# mixed:     documents that mix topics (corpus.mix.sources=3; MIX_ORDERS="interleaved concatenated" by
+#            default), seeds 0 1 2: the seed model + InfoCSE and neighbour pairs; SimCSE at seed 0 as a
+#            control that mixing cannot touch (names: <corpus>-mix3i-... / -mix3c-...)
+# Corpora default to "bbc manpages" (sweep, mixed: manpages). Each experiment is named
+# <corpus>-<row>[-<budget>][-<TAG>]-s<seed>; an existing name is replaced (--force), so give runs of
+# new code a TAG (e.g. TAG=fixed) rather than overwrite older run files. With ONLY_MISSING=1, a
 # name that already has a run file in results/runs is not queued (to resume a queue that died).
 # Experiments run the committed code: commit before queueing (export_runs records any uncommitted
 # code it finds).
@@ -29,7 +33,7 @@ set_name="${1:-main}"
 shift || true
 if [[ $# -gt 0 ]]; then
   corpora=("$@")
-elif [[ "$set_name" == sweep ]]; then
+elif [[ "$set_name" == sweep || "$set_name" == mixed ]]; then
   corpora=(manpages)
 else
   corpora=(bbc manpages)
@@ -43,8 +47,9 @@ for budget in $sweep_budgets; do
   [[ -n "${budgets[$budget]:-}" ]] || { echo "BUDGETS: unknown budget '$budget' (known: default all10 all20 all40)" >&2; exit 2; }
 done
 
-queue() {  # queue NAME PARAM...: the unlabelled stages only
-  local name="$1"; shift
+tag="${TAG:+-$TAG}"
+queue() {  # queue NAME PARAM...: the unlabelled stages only; NAME ends in -s<seed>, the TAG goes before it
+  local name="${1%-s*}$tag-s${1##*-s}"; shift
   if [[ "${ONLY_MISSING:-0}" == 1 && -e "results/runs/$name.json" ]]; then
     echo "skip $name: results/runs/$name.json exists"
     return
@@ -93,6 +98,19 @@ for corpus in "${corpora[@]}"; do
           [[ "$method" == neighbours ]] && one_round=("init.method=neighbours" "loop.max_iterations=0")
           queue "$short-$method$suffix-s$seed" "corpus.source=$corpus" "seed=$seed" "${limits[@]}" "${one_round[@]}"
         done
+      done
+    done
+  fi
+  if [[ "$set_name" == mixed || "$set_name" == all ]]; then
+    for order in ${MIX_ORDERS:-interleaved concatenated}; do
+      mix=("corpus.source=$corpus" "corpus.mix.sources=3" "corpus.mix.order=$order")
+      prefix="$short-mix3${order:0:1}"
+      for seed in "${seeds[@]}"; do
+        queue "$prefix-infocse-s$seed" "${mix[@]}" "seed=$seed"
+        queue "$prefix-neighbours-s$seed" "${mix[@]}" "seed=$seed" "init.method=neighbours" "loop.max_iterations=0"
+        if [[ "$seed" == 0 ]]; then
+          queue "$prefix-simcse-s$seed" "${mix[@]}" "seed=$seed" "init.method=simcse" "loop.max_iterations=0"
+        fi
       done
     done
   fi
