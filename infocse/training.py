@@ -29,6 +29,7 @@ import pandas as pd
 
 from infocse.config import TrainingConfig
 from infocse.errors import StageError
+from infocse.live import live_callback
 from infocse.models import cpu_has_bf16, sequence_length
 from infocse.pairs import document_codes
 from infocse.sampler import PrecomputedBatchSampler, batch_statistics, sampled_batches
@@ -127,7 +128,7 @@ def finite_loss_callback(label: str):
 
 
 def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str,
-                   output_dir: Path | None = None, label: str = "training") -> dict:
+                   output_dir: Path | None = None, label: str = "training", live=None, phase: str = "train") -> dict:
     """Train `model` in place on (text_a, text_b) pairs; return the loss curve, step counts and
     what the batches looked like.
 
@@ -137,7 +138,8 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
 
     `output_dir` is the trainer's output folder. It saves nothing there (no checkpoints, no
     reports), but makes the folder; by default it is the system temp folder, which exists, so no
-    folder is made and a killed run leaves none behind."""
+    folder is made and a killed run leaves none behind. `live` (infocse/live.py) logs the loss and
+    learning rate as `phase`'s live curves while it trains."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from transformers import set_seed
@@ -168,7 +170,8 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
         dataloader_num_workers=dataloader_workers(device, world), disable_tqdm=False, **distributed,
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss,
-                                         callbacks=[finite_loss_callback(label)])
+                                         callbacks=[finite_loss_callback(label),
+                                                    *([live_callback(live, phase)] if live is not None else [])])
     result = trainer.train()
     # accelerate leaves a mixed-precision model's forward wrapped in autocast: unwrap it, so that a
     # model scored or mined in this process afterwards encodes as its params say, not in bf16
@@ -191,11 +194,12 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
 
 
 def train_at_length(model, pairs: pd.DataFrame, training: TrainingConfig, seed: int, device: str,
-                    label: str = "training", max_seq_length: int | None = None) -> dict:
+                    label: str = "training", max_seq_length: int | None = None, live=None,
+                    phase: str = "train") -> dict:
     """Train at `max_seq_length` (default `training.max_seq_length`: short, for speed); the model
     keeps its own inference length."""
     with sequence_length(model, max_seq_length or training.max_seq_length):
-        return train_on_pairs(model, pairs, training, seed, device, label=label)
+        return train_on_pairs(model, pairs, training, seed, device, label=label, live=live, phase=phase)
 
 
 def mean_over_processes(value: float) -> float:

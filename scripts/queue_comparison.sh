@@ -3,7 +3,7 @@
 # part of the pipeline (targets `select report`: no labels, no fine-tuning), then run them one at a
 # time, export them as committed run files and regenerate the reports:
 #
-#   bash scripts/queue_comparison.sh [main|ablations|sweep|mixed|all] [corpus ...]
+#   bash scripts/queue_comparison.sh [main|larger|ablations|sweep|mixed|all] [corpus ...]
 #   dvc queue start -j 1          # one at a time: each run uses every core
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports  # the run files are the data behind every report
@@ -11,6 +11,8 @@
 # main:      seeds 0 1 2: the seed model + InfoCSE (init none), and one round of each baseline:
 #            SimCSE, Mirror-BERT, text shuffle + cutoff (ConSERT-style), ICT, neighbour pairs
 #            (CONPONO-style)
+# larger:    seeds 0 1 2: all-mpnet-base-v2 scored as it is (the seed model set to it, no training; the
+#            model a user would pick instead; needs `bash scripts/install.sh --mpnet`)
 # ablations: seed 0: K=2, K=3, InfoCSE from each init (neighbours, simcse, ict), round 1 mined by
 #            all-mpnet-base-v2; seeds 0 1 2: IDC K-means
 # sweep:     the pair budget, InfoCSE and neighbour pairs at the same budget, seeds 0 1 2: 2,560 pairs at
@@ -67,6 +69,11 @@ for corpus in "${corpora[@]}"; do
       for method in simcse mirror text_shuffle_cutoff ict neighbours; do
         queue "$short-$method-s$seed" "corpus.source=$corpus" "seed=$seed" "init.method=$method" "loop.max_iterations=0"
       done
+    done
+  fi
+  if [[ "$set_name" == larger || "$set_name" == all ]]; then
+    for seed in "${seeds[@]}"; do
+      queue "$short-mpnet-s$seed" "corpus.source=$corpus" "seed=$seed" "seed_model=all-mpnet-base-v2" "loop.max_iterations=0"
     done
   fi
   if [[ "$set_name" == ablations || "$set_name" == all ]]; then

@@ -13,9 +13,10 @@ from infocse.config import load_config
 from infocse.errors import run_stage
 from infocse.finetune import finetune_and_score
 from infocse.io import write_json, write_placeholder
+from infocse.live import LiveCurves
 from infocse.models import load_model, resolve_device, save_model
-from infocse.paths import BEST_MODEL, DOCUMENTS, LABELS, IterationPaths, finetuned_metrics, finetuned_model, \
-    finetuned_timing
+from infocse.paths import BEST_MODEL, DOCUMENTS, LABELS, IterationPaths, finetuned_live, finetuned_metrics, \
+    finetuned_model, finetuned_timing
 from infocse.stopping import first_round_state
 
 STARTS = {"f0": IterationPaths(0).model, "best": BEST_MODEL}
@@ -28,6 +29,7 @@ def main() -> None:
     config = load_config()
     started = time.perf_counter()
     labels = pd.read_parquet(LABELS)
+    live = LiveCurves(finetuned_live(start), ("finetune",))  # empty curves where nothing is fine-tuned
     if labels.empty:
         write_placeholder(finetuned_model(start), "no labelled pairs (the corpus has no titles): nothing to fine-tune")
         result = {"start": start, "skipped": True, "labels": 0, "val": {}, "test": {}}
@@ -38,7 +40,7 @@ def main() -> None:
     else:
         device = resolve_device(config.device)
         model = load_model(STARTS[start], device)
-        result = finetune_and_score(model, labels, config, device, pd.read_parquet(DOCUMENTS))
+        result = finetune_and_score(model, labels, config, device, pd.read_parquet(DOCUMENTS), live=live)
         if start == "best":  # InfoCSE++ round 1: the state later rounds continue from
             result.update({"round": 1, "stopped": False, **first_round_state(config, result["score"])})
         save_model(model, finetuned_model(start))

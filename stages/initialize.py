@@ -17,7 +17,8 @@ from infocse.config import load_config
 from infocse.corpora.mix import sources_pair_precision
 from infocse.errors import StageError, run_stage
 from infocse.io import write_json, write_parquet
-from infocse.models import load_model, mask_token_of, resolve_device, resolve_model_source, save_model
+from infocse.live import LiveCurves
+from infocse.models import load_named_model, mask_token_of, resolve_device, save_model
 from infocse.pairs import empty_pair_table
 from infocse.paths import SENTENCES, IterationPaths
 from infocse.seeds import derived_seed
@@ -31,12 +32,12 @@ def main() -> None:
     started = time.perf_counter()
     device = resolve_device(config.device)  # a bad device or precision fails here, before any model loads
     device_training_precision(device, config.train.precision)
-    source = resolve_model_source(config.seed_model)
     if method == "none":
-        model = load_model(source, device="cpu")
+        model = load_named_model(config.seed_model, device="cpu")
         pairs, pair_stats, train_stats = empty_pair_table(), {"method": method}, {"skipped": True}
+        LiveCurves(paths.live, ("train",))  # empty curves: the stage's outputs exist
     else:
-        model = load_model(source, device)
+        model = load_named_model(config.seed_model, device)
         pairs, pair_stats = annotator_pairs(method, pd.read_parquet(SENTENCES), config.annotators, config.budget,
                                             derived_seed(config.seed, "pairs", 0), mask_token_of(model))
         if pairs.empty:
@@ -45,7 +46,8 @@ def main() -> None:
         length = training_length(method, config.annotators, config.train.max_seq_length)
         train_stats = {"skipped": False, "pairs": len(pairs), "max_seq_length": length,
                        **train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", 0), device,
-                                         label=f"init ({method})", max_seq_length=length)}
+                                         label=f"init ({method})", max_seq_length=length,
+                                         live=LiveCurves(paths.live, ("train",)))}
     save_model(model, paths.model)
     write_parquet(pairs, paths.pairs)
     write_json(paths.metrics / "pairs.json", {"iteration": 0, **pair_stats})

@@ -12,9 +12,11 @@ import pandas as pd
 from infocse.config import load_config
 from infocse.errors import StageError, run_stage
 from infocse.io import read_json, write_json, write_placeholder
+from infocse.live import LiveCurves
 from infocse.models import load_model, resolve_device, save_model
-from infocse.paths import DOCUMENTS, LABELS, SENTENCES, finetuned_metrics, finetuned_model, finetuned_timing
-from infocse.plusplus import run_round
+from infocse.paths import DOCUMENTS, LABELS, SENTENCES, finetuned_live, finetuned_metrics, finetuned_model, \
+    finetuned_timing
+from infocse.plusplus import round_phases, run_round
 from infocse.stopping import round_is_active, stopped_state
 
 
@@ -28,11 +30,12 @@ def main() -> None:
     prev = config.plusplus.rounds[number]
     previous_state = read_json(finetuned_metrics(prev))
     started = time.perf_counter()
+    live = LiveCurves(finetuned_live(f"round-{number}"), round_phases(config))  # empty where the round is skipped
     if round_is_active(config, number, previous_state):
         device = resolve_device(config.device)
         model = load_model(finetuned_model(prev), device)
         result = run_round(model, config, number, previous_state, pd.read_parquet(SENTENCES),
-                           pd.read_parquet(DOCUMENTS), pd.read_parquet(LABELS), device)
+                           pd.read_parquet(DOCUMENTS), pd.read_parquet(LABELS), device, live=live)
         save_model(model, finetuned_model(f"round-{number}"))
         print(f"InfoCSE++ round {number}: fine-tuned val {result['val']}, test {result['test']}")
     else:

@@ -15,6 +15,7 @@ import pandas as pd
 from infocse.config import load_config
 from infocse.errors import StageError, run_stage
 from infocse.io import write_json, write_placeholder
+from infocse.live import LiveCurves
 from infocse.stopping import iteration_is_active
 from infocse.models import load_model, resolve_device, save_model
 from infocse.paths import IterationPaths
@@ -34,6 +35,7 @@ def main() -> None:
         if rank == 0:
             write_placeholder(paths.model, "the loop stopped before this iteration: it did no work")
             write_json(paths.metrics / "train.json", {"iteration": t, "skipped": True, "seconds": 0.0})
+            LiveCurves(paths.live, ("train",))  # empty curves: the stage's outputs exist
             print(f"iteration {t}: skipped (the loop stopped)")
         return
     pairs = pd.read_parquet(paths.pairs)
@@ -49,8 +51,9 @@ def main() -> None:
     if world > 1 and device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     model = load_model(IterationPaths(t - 1).model, device)
+    live = LiveCurves(paths.live, ("train",)) if rank == 0 else None
     stats = train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", t), device,
-                            label=f"iteration {t}")
+                            label=f"iteration {t}", live=live)
     if rank != 0:
         return
     save_model(model, paths.model)

@@ -1,6 +1,6 @@
 """The round-1 annotator model (infocse/models.py, run by stages/annotator_model.py): a model
-shipped as a split zip is joined and extracted into a working model; `current` writes only a
-marker; errors name what to install."""
+shipped as a split zip is joined and extracted into a working model, and loads as the seed
+model; `current` writes only a marker; errors name what to install."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from conftest import repo_params
 from sentence_transformers import SentenceTransformer
 
 from infocse.errors import StageError
-from infocse.models import extract_split_zip_model, materialize_annotator, split_zip_parts
+from infocse import models
+from infocse.models import extract_split_zip_model, load_named_model, materialize_annotator, split_zip_parts
 from infocse.paths import ANNOTATOR_MODEL
 
 
@@ -41,6 +42,34 @@ def test_split_zip_model_is_joined_into_the_same_model(tiny_model_dir, tmp_path,
     original = SentenceTransformer(str(tiny_model_dir), device="cpu").encode(sentences)
     joined = SentenceTransformer(str(tmp_path / "annotator"), device="cpu").encode(sentences)
     np.testing.assert_array_equal(original, joined)
+
+
+def install_split_zip_packages(pieces: list[Path], site: Path, pattern: str) -> None:
+    """Install each piece as its own distribution (a .dist-info with a RECORD) under `site`, the
+    way the registry packages ship a model."""
+    for number, piece in enumerate(pieces, start=1):
+        name = pattern.format(number).replace("-", "_")
+        (site / name).mkdir(parents=True)
+        (site / name / piece.name).write_bytes(piece.read_bytes())
+        info = site / f"{name}-0.0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {pattern.format(number)}\nVersion: 0.0.1\n")
+        (info / "RECORD").write_text(f"{name}/{piece.name},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+
+
+def test_a_split_zip_model_loads_by_name_as_the_seed_model(tiny_model_dir, tmp_path, monkeypatch, one_torch_thread):
+    pattern = "tiny-split-part-{:03d}"
+    install_split_zip_packages(split_zip_of(tiny_model_dir, tmp_path, parts=3), tmp_path / "site", pattern)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(models.SPLIT_ZIP_MODELS, "tiny-split", (pattern, 3))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", None)  # re-read TMPDIR
+    sentences = ["The striker scored a late goal.", "Heavy rain fell across the valley."]
+    original = SentenceTransformer(str(tiny_model_dir), device="cpu").encode(sentences)
+    np.testing.assert_array_equal(load_named_model("tiny-split", device="cpu").encode(sentences), original)
+    assert list(scratch.iterdir()) == []  # the extracted copy is not left behind
 
 
 def test_a_missing_or_broken_part_is_a_clear_error(tiny_model_dir, tmp_path):

@@ -175,7 +175,7 @@ def test_bad_sources(sources):
 @pytest.mark.parametrize("order", ["random", "", None])
 def test_bad_order(order):
     sentences, documents = corpus()
-    with pytest.raises(StageError, match=r"mix `order` must be one of \['concatenated', 'interleaved'\]"):
+    with pytest.raises(StageError, match=r"mix `order` must be one of \['interleaved', 'concatenated'\]"):
         mix_sentences(sentences, documents, 3, order, 0)
 
 

@@ -25,7 +25,9 @@ def test_rerun_gives_byte_identical_outputs(project):
     after = locked_outputs(project)
     for path in ["data/corpus/documents.parquet", "data/corpus/sentences.parquet", "models/iterations/iter-0",
                  "data/iterations/iter-1/embeddings.npy", "data/iterations/iter-1/pairs.parquet",
-                 "models/iterations/iter-1", "data/ranks/iter-1.parquet", "metrics/iterations/iter-1/retrieval.json"]:
+                 "models/iterations/iter-1", "data/ranks/iter-1.parquet", "metrics/iterations/iter-1/retrieval.json",
+                 "metrics/iterations/iter-0/live/plots", "metrics/iterations/iter-1/live/plots",
+                 "metrics/iterations/iter-1/live/metrics.json"]:
         assert after[path] == before[path], path
 
 

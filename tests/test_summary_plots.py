@@ -1,6 +1,6 @@
-"""The report stage's headline metrics (metrics/summary.json) and the data behind `dvc plots`, on
-the tiny end-to-end run: every value recomputed here from the iteration metrics the other stages
-wrote, and every declared plot rendered by DVC itself."""
+"""The report stage's headline metrics (metrics/summary.json), the live training curves and the
+data behind `dvc plots`, on the tiny end-to-end run: every value recomputed here from the iteration
+metrics the other stages wrote, and every declared plot rendered by DVC itself."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from pipeline_helpers import run
+from pipeline_helpers import read_params, run
 
 HEADLINE_DELTAS = ("recall@1", "mrr@10")
 EXP_SHOW_FIXED_COLUMNS = ("Experiment", "rev", "typ", "Created", "parent", "State", "Executor")  # before any metric
@@ -67,6 +67,48 @@ def assert_report_files_match_metrics(project: Path) -> None:
             assert math.isnan(value) if column not in stats else value == pytest.approx(stats[column], abs=1e-6), column
 
 
+def live_curve(folder: Path, phase: str, curve: str) -> pd.DataFrame:
+    return pd.read_csv(folder / "plots/metrics" / phase / f"{curve}.tsv", sep="\t")
+
+
+def assert_empty_live_curves(folder: Path, phases: tuple[str, ...]) -> None:
+    for phase in phases:
+        for curve in ("loss", "learning_rate"):
+            assert (folder / "plots/metrics" / phase / f"{curve}.tsv").read_text() == f"step\t{curve}\n"
+    assert read_json(folder / "metrics.json") == {}
+
+
+def test_live_curves_hold_the_steps_the_trainer_logged(built_project):
+    """Each training stage's live curves (written while it trains) against train.json's loss curve
+    (the trainer's log history, read after training): same steps, same losses; the live summary is
+    the last point. Stages that trained nothing, or logged no step, leave empty curves."""
+    project, _ = built_project
+    trained = 0
+    for t, stats in iteration_metrics(project, "train.json").items():
+        folder = project / f"metrics/iterations/iter-{t}/live"
+        if stats.get("skipped"):
+            assert_empty_live_curves(folder, ("train",))
+            continue
+        expected = stats["loss_curve"]
+        loss, rate = live_curve(folder, "train", "loss"), live_curve(folder, "train", "learning_rate")
+        assert expected and list(loss["step"]) == [point["step"] for point in expected]
+        assert list(loss["loss"]) == pytest.approx([point["loss"] for point in expected], abs=1e-6)
+        assert list(rate["step"]) == list(loss["step"])
+        assert ((rate["learning_rate"] > 0) & (rate["learning_rate"] <= read_params(project)["train"]["learning_rate"])).all()
+        assert read_json(folder / "metrics.json") == {
+            "train": {"loss": pytest.approx(expected[-1]["loss"], abs=1e-6),
+                      "learning_rate": pytest.approx(rate["learning_rate"].iloc[-1])},
+            "step": expected[-1]["step"]}
+        trained += 1
+    assert trained  # the tiny run trains iteration 1
+    # the tiny fine-tuning is 2 steps, under the trainer's logging interval; InfoCSE++ stops at round 1
+    for start in ("f0", "best"):
+        assert read_json(project / f"metrics/finetuned/{start}.json")["train"]["steps"] < 10
+        assert_empty_live_curves(project / f"metrics/finetuned/live/{start}", ("finetune",))
+    for number in (2, 3):
+        assert_empty_live_curves(project / f"metrics/finetuned/live/round-{number}", ("iteration-1", "finetune"))
+
+
 def test_summary_and_plot_data_match_the_iteration_metrics(built_project):
     assert_report_files_match_metrics(built_project[0])
 
@@ -104,6 +146,9 @@ def test_dvc_plots_render_convergence_loss_and_pair_statistics(built_project):
     assert {row["pair_source_precision"] for row in rows["reports/run_pairs.csv"]} == {"NaN"}
     loss = pd.read_csv(project / "reports/run_loss.csv")
     assert [float(row["loss"]) for row in rows["reports/run_loss.csv"]] == pytest.approx(list(loss["loss"]), abs=1e-6)
+    live = live_curve(project / "metrics/iterations/iter-1/live", "train", "loss")
+    shown_live = rows.get("metrics/iterations/iter-1/live/plots/metrics/train/loss.tsv")
+    assert shown_live and [float(row["loss"]) for row in shown_live] == pytest.approx(list(live["loss"]), abs=1e-6)
 
 
 def test_dvc_exp_show_leads_with_the_headline_metrics(project):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from infocse.config import MIX_ORDERS
 from infocse.errors import StageError
 
-ORDERS = ("concatenated", "interleaved")
 MIXED_COLUMNS = ["sentence_id", "doc_id", "position", "text", "source_id", "source_category"]
 
 
@@ -64,8 +64,8 @@ def mix_sentences(sentences: pd.DataFrame, documents: pd.DataFrame, sources: int
     """
     if isinstance(sources, bool) or not isinstance(sources, (int, np.integer)) or sources < 1:
         raise StageError(f"mix `sources` must be an integer >= 1 (1 keeps each document alone), got {sources!r}")
-    if order not in ORDERS:
-        raise StageError(f"mix `order` must be one of {list(ORDERS)}, got {order!r}")
+    if order not in MIX_ORDERS:
+        raise StageError(f"mix `order` must be one of {list(MIX_ORDERS)}, got {order!r}")
     source_codes, source_ids = pd.factorize(sentences["doc_id"].to_numpy(dtype=object), sort=False)
     if len(source_codes) and np.any(np.diff(source_codes) < 0):
         raise StageError("sentences must be grouped by document, in document order")
