@@ -342,10 +342,12 @@ def parse_config(raw: dict) -> Config:
     if not read.problems and abs(sum(split.values()) - 1.0) > 1e-6:
         read.problems.append(f"params `split` fractions must sum to 1, got {split}")
 
-    init_method = read.choice("init.method", (*INIT_METHODS, *RENAMED_METHODS), default="none")
-    if init_method in RENAMED_METHODS:  # a problem, so parse_config stops: say what it is called now
-        read.problems.append(f"params `init.method` {init_method!r} is now {RENAMED_METHODS[init_method]!r}, the "
-                             "name of what it runs (docs/method.md)")
+    old = read.value("init.method", "none")
+    renamed = isinstance(old, str) and old in RENAMED_METHODS
+    if renamed:  # a problem, so parse_config stops: say what it is called now
+        read.problems.append(f"params `init.method` {old!r} is now {RENAMED_METHODS[old]!r}, the name of what it "
+                             "runs (docs/method.md)")
+    init_method = old if renamed else read.choice("init.method", INIT_METHODS, default="none")
     annotators = AnnotatorOptions(
         mirror_span_chars=read.integer("annotators.mirror_span_chars"),
         text_cutoff_rate=read.number("annotators.text_cutoff_rate", 0.0, 1.0),

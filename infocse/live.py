@@ -1,12 +1,12 @@
 """Live training curves: the step loss and learning rate of every training phase of a stage,
 rewritten (atomically) at each logged step into the stage's own output folder, in DVCLive's layout:
 
-    <folder>/metrics.json                          latest values (a DVC metric: `dvc exp show`)
+    <folder>/metrics.json                          each phase's latest step and values (a DVC metric)
     <folder>/plots/metrics/<phase>/<curve>.tsv     one curve per phase (DVC plots: `dvc plots show`)
 
 `dvc exp show` reads a running experiment's workspace, so these follow a run as it goes. They hold
-the trainer's own steps and logged values and no timestamps: a rerun on one machine writes the same
-bytes, so they are stage outputs in `dvc.lock`. Every phase starts with empty curves (a header), so
+the trainer's own steps and logged values and no timestamps: a rerun on the same machine writes the
+same bytes, so they are stage outputs in `dvc.lock`. Every phase starts with empty curves (a header), so
 a stage that trains nothing, or fewer steps than the logging interval, still has its outputs.
 
 Not DVCLive itself: `dvclive.Live` 3.49 stops the stage with `SCMError: Empty git repo` in a
@@ -36,7 +36,7 @@ class LiveCurves:
     def log(self, phase: str, step: int, values: dict[str, float]) -> None:
         for curve, value in values.items():
             self.points[phase][curve].append((step, value))
-        self.summary = {**self.summary, phase: {**self.summary.get(phase, {}), **values}, "step": step}
+        self.summary = {**self.summary, phase: {**self.summary.get(phase, {}), **values, "step": step}}
         self._write(phase)
 
     def _write(self, phase: str) -> None:

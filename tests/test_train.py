@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import os
 import tempfile
@@ -18,6 +19,7 @@ from conftest import config_with, tiny_documents
 
 from infocse.corpora.sentences import split_sentences
 from infocse.errors import StageError
+from infocse.live import LiveCurves
 from infocse.models import load_model
 from infocse.sampler import batch_statistics, document_disjoint_batches, spread_batches
 from infocse.training import dataloader_workers, text_codes, train_on_pairs, training_batches, training_precision
@@ -373,7 +375,8 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
     pairs, _ = tiny_pairs()
     model = load_model(tiny_model_dir, "cpu")
     before = positive_minus_negative(model, pairs)
-    stats = train_on_pairs(model, pairs, TRAIN, SEED, "cpu", tmp_path / "out")
+    live = LiveCurves(tmp_path / "live", ("finetune", "unused"))
+    stats = train_on_pairs(model, pairs, TRAIN, SEED, "cpu", tmp_path / "out", live=live, phase="finetune")
     after = positive_minus_negative(model, pairs)
     # a tokenizer that maps every word to [UNK] cannot learn this: see test_tiny_model_fixture_sees_words
     assert after > before + 0.1, (before, after)
@@ -390,6 +393,16 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
     assert stats["batches"] == batch_statistics(expected_batches, doc_codes, TRAIN.batch_size)
     assert stats["batches"]["batches"] == stats["steps"]
     assert stats["sampler"] == "greedy" and stats["precision"] == "fp32"
+    # the live curves, written while it trained, hold the trainer's logged steps: the loss curve it returned
+    curves = {curve: pd.read_csv(tmp_path / f"live/plots/metrics/finetune/{curve}.tsv", sep="\t")
+              for curve in ("loss", "learning_rate")}
+    assert list(curves["loss"]["step"]) == [row["step"] for row in stats["loss_curve"]]
+    assert list(curves["loss"]["loss"]) == pytest.approx([row["loss"] for row in stats["loss_curve"]], abs=1e-6)
+    assert list(curves["learning_rate"]["step"]) == list(curves["loss"]["step"])
+    assert (tmp_path / "live/plots/metrics/unused/loss.tsv").read_text() == "step\tloss\n"
+    assert json.loads((tmp_path / "live/metrics.json").read_text()) == {"finetune": {
+        "loss": pytest.approx(stats["loss_curve"][-1]["loss"], abs=1e-6), "step": stats["loss_curve"][-1]["step"],
+        "learning_rate": pytest.approx(curves["learning_rate"]["learning_rate"].iloc[-1])}}
 
 
 def test_training_is_deterministic(tiny_model_dir, tmp_path):
