@@ -63,6 +63,9 @@ SBERT_ROUND1 = infocse_label({"idc": {"first_round_annotator": LARGER_MODEL}})
 PLANNED_BUDGETS = ("100", "300", "all")  # the few-shot label budgets of the plan, shown even before they run
 PLANNED_ROUNDS = 3  # InfoCSE++ rounds
 PLANNED_ITERATIONS = 3  # InfoCSE iterations of the convergence study
+PLANNED_MIXES = (("manpages", 3, "interleaved"), ("manpages", 3, "concatenated"), ("bbc", 3, "interleaved"))
+MIXED_METHODS = ("SimCSE", NEIGHBOURS, REFERENCE)  # SimCSE: a control that mixing cannot touch
+PRECISIONS = {"pair_source_precision": "from one source", "pair_category_precision": "from one category"}
 
 CLAIM_METRIC = "recall@1"
 TABLE1_METRICS = ("recall@1", "recall@5", "mrr@10")
@@ -255,6 +258,48 @@ def table1(rows: list[dict], zero_groups: dict, chosen: dict) -> str:
             records.append(score_record(name, f"{LARGER_MODEL} (no training)", larger, TABLE1_METRICS,
                                         [interval_cell(paired(larger, of(group, SEED_MODEL), m))
                                          for m in TABLE1_METRICS]))
+    return markdown_table(pd.DataFrame(records, columns=columns))
+
+
+def round_precisions(row: dict, runs_by_name: dict, field: str) -> list[float]:
+    """The share of right pairs (`field` of pairs.json) in each pair table that trained the row's model,
+    round 1 first: a baseline's one table (iteration 0); every table InfoCSE mined, the rounds after the
+    chosen one included (a better model mining better pairs is the question); none for the seed model."""
+    if row["method"] == SEED_MODEL:
+        return []
+    pairs = iteration_metrics(runs_by_name[row["run"]]["metrics"], "pairs")
+    mined = [t for t in sorted(pairs) if row["method"].startswith("InfoCSE") or t == 0]
+    return [pairs[t][field] for t in mined if pairs[t].get(field) is not None]
+
+
+def mixed_table(zero_groups: dict, chosen: dict, runs_by_name: dict) -> str:
+    """Documents that mix topics: each method against the seed model and against InfoCSE, and the
+    share of its pairs whose sentences come from one source (one category), round by round."""
+    variants = [v for v in chosen if v[1] > 1]
+    variants = [*PLANNED_MIXES, *sorted(v for v in variants if v not in PLANNED_MIXES)]
+    groups = {variant: zero_groups[chosen[variant]] if variant in chosen else [] for variant in variants}
+    precisions = {(variant, row["run"], row["method"], field): round_precisions(row, runs_by_name, field)
+                  for variant, group in groups.items() for row in group for field in PRECISIONS}
+    rounds = max([TABLE_DEFAULTS["iterations"], *map(len, precisions.values())])
+    columns = ["corpus", "model", "n (seeds)", "test R@1", "test MRR@10", "Δ R@1 vs seed model",
+               "Δ MRR@10 vs seed model", "Δ R@1: InfoCSE − this",
+               *(f"pairs {what}, round {r}" for what in PRECISIONS.values() for r in range(1, rounds + 1))]
+    records = []
+    for variant, group in groups.items():
+        for method in (SEED_MODEL, *MIXED_METHODS):
+            mine = of(group, method)
+            if not mine:
+                records.append([variant_name(variant), method, *[NOT_RUN] * (len(columns) - 2)])
+                continue
+            shares = [[precisions[variant, row["run"], method, field] for row in mine] for field in PRECISIONS]
+            records.append([
+                variant_name(variant), method, seeds_cell(mine),
+                *(mean_sd([row["test"].get(m) for row in mine]) for m in ("recall@1", "mrr@10")),
+                *(["–", "–"] if method == SEED_MODEL else
+                  [interval_cell(vs_seed_model(mine, m)) for m in ("recall@1", "mrr@10")]),
+                "–" if method == REFERENCE else interval_cell(paired(of(group, REFERENCE), mine)),
+                *(mean_sd([share[r] for share in field_shares if len(share) > r])
+                  for field_shares in shares for r in range(rounds))])
     return markdown_table(pd.DataFrame(records, columns=columns))
 
 
@@ -583,6 +628,14 @@ def render(runs: list[dict]) -> str:
         f"One round of each baseline from the seed model at the same pair budget; InfoCSE: the iteration chosen by "
         f"validation; {LARGER_MODEL}: scored as it is, no training, on the same splits.", "",
         table1(rows, zero_groups, chosen), "",
+        "### Documents that mix topics", "",
+        "Each training document made of 3 source documents (`corpus.mix`, docs/corpora.md): their sentences one "
+        "source after another (concatenated) or merged in random order, each source keeping its own order "
+        "(interleaved). Evaluation is that of the unmixed corpus. A pair is right when its two sentences come from "
+        "one source (one category): the share of right pairs in each round's pair table, mean ± sd over seeds; "
+        "InfoCSE's round 2 is mined by its round-1 model. SimCSE pairs a sentence with itself, so its pairs are right "
+        "by construction: it is the control that mixing cannot touch.", "",
+        mixed_table(zero_groups, chosen, runs_by_name), "",
         "## Table 2: few-shot fine-tuning (test R@1 / MRR@10)", "",
         "Each start fine-tuned on the label budget (`finetune.labels`) of the few-shot pool; the best baseline is "
         "chosen by fine-tuned validation MRR@10 (reports/fewshot.md).", "",
