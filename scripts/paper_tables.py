@@ -273,16 +273,19 @@ def round_precisions(row: dict, runs_by_name: dict, field: str) -> list[float]:
 
 
 def mixed_table(zero_groups: dict, chosen: dict, runs_by_name: dict) -> str:
-    """Documents that mix topics: each method against the seed model and against InfoCSE, and the
-    share of its pairs whose sentences come from one source (one category), round by round."""
+    """Documents that mix topics: each method against the seed model, against InfoCSE and against
+    itself on the unmixed corpus (same seeds, so the same label split and test queries), and the share
+    of its pairs whose sentences come from one source (one category), round by round."""
     variants = [v for v in chosen if v[1] > 1]
     variants = [*PLANNED_MIXES, *sorted(v for v in variants if v not in PLANNED_MIXES)]
     groups = {variant: zero_groups[chosen[variant]] if variant in chosen else [] for variant in variants}
+    unmixed = {variant: zero_groups[chosen[(variant[0], 1, None)]] if (variant[0], 1, None) in chosen else []
+               for variant in variants}
     precisions = {(variant, row["run"], row["method"], field): round_precisions(row, runs_by_name, field)
                   for variant, group in groups.items() for row in group for field in PRECISIONS}
     rounds = max([TABLE_DEFAULTS["iterations"], *map(len, precisions.values())])
     columns = ["corpus", "model", "n (seeds)", "test R@1", "test MRR@10", "Δ R@1 vs seed model",
-               "Δ MRR@10 vs seed model", "Δ R@1: InfoCSE − this",
+               "Δ MRR@10 vs seed model", "Δ R@1: InfoCSE − this", "Δ R@1 vs itself unmixed",
                *(f"pairs {what}, round {r}" for what in PRECISIONS.values() for r in range(1, rounds + 1))]
     records = []
     for variant, group in groups.items():
@@ -298,6 +301,7 @@ def mixed_table(zero_groups: dict, chosen: dict, runs_by_name: dict) -> str:
                 *(["–", "–"] if method == SEED_MODEL else
                   [interval_cell(vs_seed_model(mine, m)) for m in ("recall@1", "mrr@10")]),
                 "–" if method == REFERENCE else interval_cell(paired(of(group, REFERENCE), mine)),
+                interval_cell(paired(mine, of(unmixed[variant], method))),
                 *(mean_sd([share[r] for share in field_shares if len(share) > r])
                   for field_shares in shares for r in range(rounds))])
     return markdown_table(pd.DataFrame(records, columns=columns))
@@ -631,7 +635,8 @@ def render(runs: list[dict]) -> str:
         "### Documents that mix topics", "",
         "Each training document made of 3 source documents (`corpus.mix`, docs/corpora.md): their sentences one "
         "source after another (concatenated) or merged in random order, each source keeping its own order "
-        "(interleaved). Evaluation is that of the unmixed corpus. A pair is right when its two sentences come from "
+        "(interleaved). Evaluation is that of the unmixed corpus, so each method is also paired with itself on the "
+        "unmixed corpus at the same seeds (the seed model's difference is 0 by construction). A pair is right when its two sentences come from "
         "one source (one category): the share of right pairs in each round's pair table, mean ± sd over seeds; "
         "InfoCSE's round 2 is mined by its round-1 model. SimCSE pairs a sentence with itself, so its pairs are right "
         "by construction: it is the control that mixing cannot touch.", "",

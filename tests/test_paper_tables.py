@@ -192,18 +192,28 @@ def test_the_mixed_table_shows_each_rounds_pair_precision_and_infocse_against_ea
                                                                   state(0.55, 0.5)], best=1)
         runs += [mixed(with_precision(infocse, {1: first, 2: second})),
                  mixed(with_precision(baseline_run("neighbours", seed, 0.50), {0: neighbours}))]
+    # the same methods unmixed, at seeds 0 and 1: neighbour pairs 0.58 / 0.59 (mixing cost -0.08, -0.09)
+    runs += [make_run(f"man-neighbours-s{seed}", seed, "neighbours", [state(r1)], best=0, corpus="manpages",
+                      loop={"max_iterations": 0}) for seed, r1 in ((0, 0.58), (1, 0.59))]
+    runs += [make_run(f"man-infocse-s{seed}", seed, "none", [state(0.5), state(0.60, 0.6)], best=1,
+                      corpus="manpages") for seed in (0, 1)]
     rows = table_rows(paper.render(runs), "### Documents that mix topics")
     corpus = "man pages, mixed: 3 sources, interleaved"
     infocse, neighbours = rows[corpus, REFERENCE], rows[corpus, NEIGHBOURS]
     sd = lambda values: np.std(values, ddof=1)  # noqa: E731
     assert infocse[2] == "3 (0, 1, 2)"
-    assert infocse[8:] == [f"0.850 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.920 ± {sd([0.95, 0.90, 0.91]):.3f}",
+    half = stats.t.ppf(0.975, 1) * sd([-0.08, -0.09]) / np.sqrt(2)
+    assert neighbours[8] == f"-0.085 [{-0.085 - half:+.3f}, {-0.085 + half:+.3f}] (n = 2)"
+    half = stats.t.ppf(0.975, 1) * sd([0.00, 0.01]) / np.sqrt(2)  # 0.60 - 0.60 and 0.61 - 0.60
+    assert infocse[8] == f"+0.005 [{0.005 - half:+.3f}, {0.005 + half:+.3f}] (n = 2)"
+    assert rows[corpus, paper.SEED_MODEL][8] == "+0.000 [+0.000, +0.000] (n = 2)"
+    assert infocse[9:] == [f"0.850 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.920 ± {sd([0.95, 0.90, 0.91]):.3f}",
                            f"0.750 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.820 ± {sd([0.95, 0.90, 0.91]):.3f}"]
-    assert neighbours[8:] == [f"0.380 ± {sd([0.40, 0.38, 0.36]):.3f}", "–", f"0.280 ± {sd([0.40, 0.38, 0.36]):.3f}", "–"]
+    assert neighbours[9:] == [f"0.380 ± {sd([0.40, 0.38, 0.36]):.3f}", "–", f"0.280 ± {sd([0.40, 0.38, 0.36]):.3f}", "–"]
     half = stats.t.ppf(0.975, 2) * sd([0.10, 0.11, 0.12]) / np.sqrt(3)
     assert neighbours[7] == f"+0.110 [{0.110 - half:+.3f}, {0.110 + half:+.3f}] (n = 3)"
-    assert rows[corpus, paper.SEED_MODEL][8:] == ["–"] * 4
-    assert rows[corpus, "SimCSE"][2:] == ["not run"] * 10
+    assert rows[corpus, paper.SEED_MODEL][9:] == ["–"] * 4
+    assert rows[corpus, "SimCSE"][2:] == ["not run"] * 11
     assert rows["BBC News, mixed: 3 sources, interleaved", REFERENCE][2] == "not run"
 
 
