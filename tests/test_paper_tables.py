@@ -209,7 +209,8 @@ def test_the_mixed_table_shows_each_rounds_pair_precision_and_infocse_against_ea
     assert rows[corpus, paper.SEED_MODEL][8] == "+0.000 [+0.000, +0.000] (n = 2)"
     assert infocse[9:] == [f"0.850 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.920 ± {sd([0.95, 0.90, 0.91]):.3f}",
                            f"0.750 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.820 ± {sd([0.95, 0.90, 0.91]):.3f}"]
-    assert neighbours[9:] == [f"0.380 ± {sd([0.40, 0.38, 0.36]):.3f}", "–", f"0.280 ± {sd([0.40, 0.38, 0.36]):.3f}", "–"]
+    spread = sd([0.40, 0.38, 0.36])
+    assert neighbours[9:] == [f"0.380 ± {spread:.3f}", "–", f"0.280 ± {spread:.3f}", "–"]
     half = stats.t.ppf(0.975, 2) * sd([0.10, 0.11, 0.12]) / np.sqrt(3)
     assert neighbours[7] == f"+0.110 [{0.110 - half:+.3f}, {0.110 + half:+.3f}] (n = 3)"
     assert rows[corpus, paper.SEED_MODEL][9:] == ["–"] * 4
