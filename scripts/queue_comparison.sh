@@ -3,7 +3,7 @@
 # part of the pipeline (targets `select report`: no labels, no fine-tuning), then run them one at a
 # time, export them as committed run files and regenerate the reports:
 #
-#   bash scripts/queue_comparison.sh [main|ablations|sweep|mixed|all] [corpus ...]
+#   bash scripts/queue_comparison.sh [main|ablations|init|sweep|mixed|all] [corpus ...]
 #   dvc queue start -j 1          # one at a time: each run uses every core
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports  # the run files are the data behind every report
@@ -13,6 +13,8 @@
 #            (CONPONO-style)
 # ablations: seed 0: K=2, K=3, InfoCSE from each init (neighbours, simcse, ict), round 1 mined by
 #            all-mpnet-base-v2; seeds 0 1 2: IDC K-means
+# init:      seeds 0 1 2: InfoCSE from each init (INITS="neighbours simcse ict" by default), beside the
+#            main set's one round of that baseline (whose init stage the run cache restores)
 # sweep:     the pair budget, InfoCSE and neighbour pairs at the same budget, seeds 0 1 2: 2,560 pairs at
 #            20 per document (the default: the main runs), and every pair at 10, 20 and 40 per
 #            document (budget.max_pairs=all); BUDGETS="all10 ..." limits it to those budgets (names:
@@ -33,6 +35,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 set_name="${1:-main}"
 shift || true
+case "$set_name" in
+  main|ablations|init|sweep|mixed|all) ;;
+  *) echo "unknown set '$set_name' (known: main ablations init sweep mixed all)" >&2; exit 2 ;;
+esac
 if [[ $# -gt 0 ]]; then
   corpora=("$@")
 elif [[ "$set_name" == sweep || "$set_name" == mixed ]]; then
@@ -64,6 +70,13 @@ queue() {  # queue NAME PARAM...: the unlabelled stages only; NAME ends in -s<se
   dvc exp run --queue --force -n "$name" "${args[@]}" select report
 }
 
+queue_inits() {  # queue_inits SEED METHOD...: InfoCSE started from one round of each baseline (uses $corpus, $short)
+  local seed="$1"; shift
+  for method in "$@"; do
+    queue "$short-infocse-init-$method-s$seed" "corpus.source=$corpus" "seed=$seed" "init.method=$method"
+  done
+}
+
 for corpus in "${corpora[@]}"; do
   short="${corpus:0:3}"
   if [[ "$set_name" == main || "$set_name" == all ]]; then
@@ -81,10 +94,16 @@ for corpus in "${corpora[@]}"; do
     for k in 2 3; do
       queue "$short-k$k-s0" "corpus.source=$corpus" "seed=0" "idc.k=$k"
     done
-    for method in neighbours simcse ict; do
-      queue "$short-infocse-init-$method-s0" "corpus.source=$corpus" "seed=0" "init.method=$method"
-    done
+    queue_inits 0 neighbours simcse ict
     queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
+  fi
+  if [[ "$set_name" == init ]]; then
+    read -ra inits <<< "${INITS:-neighbours simcse ict}"
+    for method in "${inits[@]}"; do
+      [[ " simcse mirror text_shuffle_cutoff ict neighbours " == *" $method "* ]] ||
+        { echo "INITS: unknown method '$method' (known: simcse mirror text_shuffle_cutoff ict neighbours)" >&2; exit 2; }
+    done
+    for seed in "${seeds[@]}"; do queue_inits "$seed" "${inits[@]}"; done
   fi
   if [[ "$set_name" == sweep || "$set_name" == all ]]; then
     # seed-major order, InfoCSE's budgets before the neighbour pairs': a queue stopped part-way still holds
