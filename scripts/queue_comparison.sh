@@ -3,7 +3,7 @@
 # part of the pipeline (targets `select report`: no labels, no fine-tuning), then run them one at a
 # time, export them as committed run files and regenerate the reports:
 #
-#   bash scripts/queue_comparison.sh [main|larger|ablations|sweep|mixed|all] [corpus ...]
+#   bash scripts/queue_comparison.sh [main|larger|ablations|init|sweep|mixed|all] [corpus ...]
 #   dvc queue start -j 1          # one at a time: each run uses every core
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports  # the run files are the data behind every report
@@ -15,6 +15,8 @@
 #            model a user would pick instead; needs `bash scripts/install.sh --mpnet`)
 # ablations: seed 0: K=2, K=3, InfoCSE from each init (neighbours, simcse, ict), round 1 mined by
 #            all-mpnet-base-v2; seeds 0 1 2: IDC K-means
+# init:      seeds 0 1 2: InfoCSE from each init (INITS="neighbours simcse ict" by default), beside the
+#            main set's one round of that baseline (whose init stage the run cache restores)
 # sweep:     the pair budget, InfoCSE and neighbour pairs at the same budget, seeds 0 1 2: 2,560 pairs at
 #            20 per document (the default: the main runs), and every pair at 10, 20 and 40 per
 #            document (budget.max_pairs=all); BUDGETS="all10 ..." limits it to those budgets (names:
@@ -27,12 +29,18 @@
 # <corpus>-<row>[-<budget>][-<TAG>]-s<seed>; an existing name is replaced (--force), so give runs of
 # new code a TAG (e.g. TAG=fixed) rather than overwrite older run files. With ONLY_MISSING=1, a
 # name that already has a run file in results/runs is not queued (to resume a queue that died).
+# SEEDS (default "0 1 2") replaces the seeds of every set: SEEDS="3 4" TAG=fixed ... main manpages
+# adds seeds 3 and 4 where reports/paper_tables.md asks for them.
 # Experiments run the committed code: commit before queueing (export_runs records any uncommitted
 # code it finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 set_name="${1:-main}"
 shift || true
+case "$set_name" in
+  main|larger|ablations|init|sweep|mixed|all) ;;
+  *) echo "unknown set '$set_name' (known: main larger ablations init sweep mixed all)" >&2; exit 2 ;;
+esac
 if [[ $# -gt 0 ]]; then
   corpora=("$@")
 elif [[ "$set_name" == sweep || "$set_name" == mixed ]]; then
@@ -40,7 +48,10 @@ elif [[ "$set_name" == sweep || "$set_name" == mixed ]]; then
 else
   corpora=(bbc manpages)
 fi
-seeds=(0 1 2)
+read -ra seeds <<< "${SEEDS:-0 1 2}"  # SEEDS="3 4": more seeds where a comparison asks for them
+for seed in "${seeds[@]}"; do
+  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "SEEDS: '$seed' is not a non-negative integer" >&2; exit 2; }
+done
 # budget -> "max_pairs_per_document max_pairs"; `default` is params.yaml's (its runs are the main set's)
 declare -A budgets=([default]="20 2560" [all10]="10 all" [all20]="20 all" [all40]="40 all")
 
@@ -59,6 +70,13 @@ queue() {  # queue NAME PARAM...: the unlabelled stages only; NAME ends in -s<se
   local args=()
   for param in "$@"; do args+=(-S "$param"); done
   dvc exp run --queue --force -n "$name" "${args[@]}" select report
+}
+
+queue_inits() {  # queue_inits SEED METHOD...: InfoCSE started from one round of each baseline (uses $corpus, $short)
+  local seed="$1"; shift
+  for method in "$@"; do
+    queue "$short-infocse-init-$method-s$seed" "corpus.source=$corpus" "seed=$seed" "init.method=$method"
+  done
 }
 
 for corpus in "${corpora[@]}"; do
@@ -83,10 +101,16 @@ for corpus in "${corpora[@]}"; do
     for k in 2 3; do
       queue "$short-k$k-s0" "corpus.source=$corpus" "seed=0" "idc.k=$k"
     done
-    for method in neighbours simcse ict; do
-      queue "$short-infocse-init-$method-s0" "corpus.source=$corpus" "seed=0" "init.method=$method"
-    done
+    queue_inits 0 neighbours simcse ict
     queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
+  fi
+  if [[ "$set_name" == init ]]; then
+    read -ra inits <<< "${INITS:-neighbours simcse ict}"
+    for method in "${inits[@]}"; do
+      [[ " simcse mirror text_shuffle_cutoff ict neighbours " == *" $method "* ]] ||
+        { echo "INITS: unknown method '$method' (known: simcse mirror text_shuffle_cutoff ict neighbours)" >&2; exit 2; }
+    done
+    for seed in "${seeds[@]}"; do queue_inits "$seed" "${inits[@]}"; done
   fi
   if [[ "$set_name" == sweep || "$set_name" == all ]]; then
     # seed-major order, InfoCSE's budgets before the neighbour pairs': a queue stopped part-way still holds

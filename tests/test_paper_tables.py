@@ -155,23 +155,85 @@ def test_the_plusplus_control_is_the_infocse_model_fine_tuned_as_many_epochs():
     assert "round 3 − InfoCSE fine-tuned 9 epochs, 100 labels: not run" in line[3]
 
 
-def mixed(run: dict) -> dict:
-    """The run on man pages regrouped into documents of 3 source pages, interleaved."""
+def mixed(run: dict, order: str = "interleaved") -> dict:
+    """The run on man pages regrouped into documents of 3 source pages."""
     run["params"]["corpus"] = {**run["params"]["corpus"], "source": "manpages",
-                               "mix": {"sources": 3, "order": "interleaved"}}
+                               "mix": {"sources": 3, "order": order}}
     return run
 
 
-def test_the_diverse_topics_claim_reads_the_mixed_corpus_runs():
-    runs = [mixed(make_run(f"mix-infocse-s{seed}", seed, "none", [state(0.5), state(0.60 + 0.01 * seed)], best=1))
-            for seed in range(3)]
-    runs += [mixed(baseline_run("neighbours", seed, 0.50)) for seed in range(3)]
+def test_the_diverse_topics_claims_read_the_interleaved_mix_and_its_unmixed_corpus():
+    """Interleaved: InfoCSE − neighbour pairs = +0.10, +0.11, +0.12; unmixed: +0.01, +0.00, +0.03, so
+    the mixing costs neighbour pairs +0.09, +0.11, +0.09 more. The concatenated mix, where InfoCSE
+    loses by 0.10 at every seed, is a control that neither claim reads."""
+    runs = []
+    for seed, unmixed_infocse in enumerate([0.61, 0.60, 0.63]):
+        runs += [mixed(make_run(f"mix-infocse-s{seed}", seed, "none", [state(0.5), state(0.60 + 0.01 * seed)], best=1)),
+                 mixed(baseline_run("neighbours", seed, 0.50)),
+                 mixed(make_run(f"mixc-infocse-s{seed}", seed, "none", [state(0.5), state(0.40)], best=1),
+                       "concatenated"),
+                 mixed(baseline_run("neighbours", seed, 0.50), "concatenated"),
+                 make_run(f"man-infocse-s{seed}", seed, "none", [state(0.5), state(unmixed_infocse)], best=1,
+                          corpus="manpages"),
+                 make_run(f"man-neighbours-s{seed}", seed, "neighbours", [state(0.60)], best=0, corpus="manpages",
+                          loop={"max_iterations": 0})]
     text = paper.render(runs)
     line = claim_row(text, "CONPONO (here neighbour pairs) is limited", "man pages")
     assert line[2] == "holds"
     assert line[3].startswith(f"InfoCSE − {NEIGHBOURS}, man pages, mixed: 3 sources, interleaved: +0.110 [")
+    assert "concatenated" not in line[3]
+    half = stats.t.ppf(0.975, 2) * np.std([0.09, 0.11, 0.09], ddof=1) / np.sqrt(3)
+    line = claim_row(text, "Mixing topics costs CONPONO (here neighbour pairs) more", "man pages")
+    assert line[2] == "holds"
+    assert line[3] == (f"(InfoCSE − {NEIGHBOURS}) on man pages, mixed: 3 sources, interleaved minus on man pages: "
+                       f"+0.097 [{0.29 / 3 - half:+.3f}, {0.29 / 3 + half:+.3f}] (n = 3)")
     assert claim_row(text, "CONPONO (here neighbour pairs) is limited", "BBC News")[2] == "not run"
+    assert claim_row(text, "Mixing topics costs", "BBC News")[2] == "not run"
     assert table_rows(text, "## Table 1")["man pages, mixed: 3 sources, interleaved", NEIGHBOURS][2] == "3 (0, 1, 2)"
+
+
+def with_precision(run: dict, shares: dict[int, float]) -> dict:
+    """Pair precision in iteration t's pairs.json; the category share is the source share minus 0.1."""
+    for t, share in shares.items():
+        run["metrics"][f"metrics/iterations/iter-{t}/pairs.json"].update(
+            pair_source_precision=share, pair_category_precision=share - 0.1, pairs_with_sources=2560)
+    return run
+
+
+def test_the_mixed_table_shows_each_rounds_pair_precision_and_infocse_against_each_method():
+    """Hand-worked: InfoCSE mines 0.90/0.80/0.85 right pairs in round 1 and 0.95/0.90/0.91 in round 2
+    (seeds 0-2); neighbour pairs 0.40/0.38/0.36 in its one round; InfoCSE − neighbour pairs is
+    +0.10, +0.11, +0.12 in test R@1."""
+    runs = []
+    for seed, (first, second, neighbours) in enumerate([(0.90, 0.95, 0.40), (0.80, 0.90, 0.38), (0.85, 0.91, 0.36)]):
+        infocse = make_run(f"mix-infocse-s{seed}", seed, "none", [state(0.5), state(0.60 + 0.01 * seed, 0.6),
+                                                                  state(0.55, 0.5)], best=1)
+        runs += [mixed(with_precision(infocse, {1: first, 2: second})),
+                 mixed(with_precision(baseline_run("neighbours", seed, 0.50), {0: neighbours}))]
+    # the same methods unmixed, at seeds 0 and 1: neighbour pairs 0.58 / 0.59 (mixing cost -0.08, -0.09)
+    runs += [make_run(f"man-neighbours-s{seed}", seed, "neighbours", [state(r1)], best=0, corpus="manpages",
+                      loop={"max_iterations": 0}) for seed, r1 in ((0, 0.58), (1, 0.59))]
+    runs += [make_run(f"man-infocse-s{seed}", seed, "none", [state(0.5), state(0.60, 0.6)], best=1,
+                      corpus="manpages") for seed in (0, 1)]
+    rows = table_rows(paper.render(runs), "### Documents that mix topics")
+    corpus = "man pages, mixed: 3 sources, interleaved"
+    infocse, neighbours = rows[corpus, REFERENCE], rows[corpus, NEIGHBOURS]
+    sd = lambda values: np.std(values, ddof=1)  # noqa: E731
+    assert infocse[2] == "3 (0, 1, 2)"
+    half = stats.t.ppf(0.975, 1) * sd([-0.08, -0.09]) / np.sqrt(2)
+    assert neighbours[8] == f"-0.085 [{-0.085 - half:+.3f}, {-0.085 + half:+.3f}] (n = 2)"
+    half = stats.t.ppf(0.975, 1) * sd([0.00, 0.01]) / np.sqrt(2)  # 0.60 - 0.60 and 0.61 - 0.60
+    assert infocse[8] == f"+0.005 [{0.005 - half:+.3f}, {0.005 + half:+.3f}] (n = 2)"
+    assert rows[corpus, paper.SEED_MODEL][8] == "+0.000 [+0.000, +0.000] (n = 2)"
+    assert infocse[9:] == [f"0.850 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.920 ± {sd([0.95, 0.90, 0.91]):.3f}",
+                           f"0.750 ± {sd([0.90, 0.80, 0.85]):.3f}", f"0.820 ± {sd([0.95, 0.90, 0.91]):.3f}"]
+    spread = sd([0.40, 0.38, 0.36])
+    assert neighbours[9:] == [f"0.380 ± {spread:.3f}", "–", f"0.280 ± {spread:.3f}", "–"]
+    half = stats.t.ppf(0.975, 2) * sd([0.10, 0.11, 0.12]) / np.sqrt(3)
+    assert neighbours[7] == f"+0.110 [{0.110 - half:+.3f}, {0.110 + half:+.3f}] (n = 3)"
+    assert rows[corpus, paper.SEED_MODEL][9:] == ["–"] * 4
+    assert rows[corpus, "SimCSE"][2:] == ["not run"] * 11
+    assert rows["BBC News, mixed: 3 sources, interleaved", REFERENCE][2] == "not run"
 
 
 def test_the_larger_model_row_is_paired_with_the_seed_model_of_the_same_split():
