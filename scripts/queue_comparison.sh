@@ -22,7 +22,7 @@
 #            for the chosen budget on another corpus
 # mixed:     documents that mix topics (corpus.mix.sources: MIX_SOURCES="3" and MIX_ORDERS="interleaved
 #            concatenated" by default), seeds 0 1 2: the seed model + InfoCSE and neighbour pairs; SimCSE
-#            at seed 0 as a control that mixing cannot touch (MIX_CONTROL=0: none) (names:
+#            at seed 0 as a control whose pairs mixing cannot make wrong (MIX_CONTROL=0: none) (names:
 #            <corpus>-mix3i-... / -mix3c-...); e.g. the curve over sources:
 #            `MIX_SOURCES="2 4 8" MIX_ORDERS=interleaved MIX_CONTROL=0 bash scripts/queue_comparison.sh mixed`
 # Corpora default to "bbc manpages" (sweep, mixed: manpages). Each experiment is named
