@@ -22,9 +22,11 @@
 #            document (budget.max_pairs=all); BUDGETS="all10 ..." limits it to those budgets (names:
 #            default all10 all20 all40), e.g. `BUDGETS=all20 bash scripts/queue_comparison.sh sweep bbc`
 #            for the chosen budget on another corpus
-# mixed:     documents that mix topics (corpus.mix.sources=3; MIX_ORDERS="interleaved concatenated" by
-#            default), seeds 0 1 2: the seed model + InfoCSE and neighbour pairs; SimCSE at seed 0 as a
-#            control that mixing cannot touch (names: <corpus>-mix3i-... / -mix3c-...)
+# mixed:     documents that mix topics (corpus.mix.sources: MIX_SOURCES="3" and MIX_ORDERS="interleaved
+#            concatenated" by default), seeds 0 1 2: the seed model + InfoCSE and neighbour pairs; SimCSE
+#            at seed 0 as a control whose pairs mixing cannot make wrong (MIX_CONTROL=0: none) (names:
+#            <corpus>-mix3i-... / -mix3c-...); e.g. the curve over sources:
+#            `MIX_SOURCES="2 4 8" MIX_ORDERS=interleaved MIX_CONTROL=0 bash scripts/queue_comparison.sh mixed`
 # Corpora default to "bbc manpages" (sweep, mixed: manpages). Each experiment is named
 # <corpus>-<row>[-<budget>][-<TAG>]-s<seed>; an existing name is replaced (--force), so give runs of
 # new code a TAG (e.g. TAG=fixed) rather than overwrite older run files. With ONLY_MISSING=1, a
@@ -58,6 +60,11 @@ declare -A budgets=([default]="20 2560" [all10]="10 all" [all20]="20 all" [all40
 sweep_budgets="${BUDGETS:-all20 default all10 all40}"
 for budget in $sweep_budgets; do
   [[ -n "${budgets[$budget]:-}" ]] || { echo "BUDGETS: unknown budget '$budget' (known: default all10 all20 all40)" >&2; exit 2; }
+done
+
+mix_sources="${MIX_SOURCES:-3}"  # MIX_SOURCES="2 4 8": the curve over sources per training document
+for sources in $mix_sources; do
+  [[ "$sources" =~ ^[0-9]+$ && "$sources" -ge 2 ]] || { echo "MIX_SOURCES: '$sources' is not an integer >= 2" >&2; exit 2; }
 done
 
 tag="${TAG:+-$TAG}"
@@ -133,15 +140,17 @@ for corpus in "${corpora[@]}"; do
     done
   fi
   if [[ "$set_name" == mixed || "$set_name" == all ]]; then
-    for order in ${MIX_ORDERS:-interleaved concatenated}; do
-      mix=("corpus.source=$corpus" "corpus.mix.sources=3" "corpus.mix.order=$order")
-      prefix="$short-mix3${order:0:1}"
-      for seed in "${seeds[@]}"; do
-        queue "$prefix-infocse-s$seed" "${mix[@]}" "seed=$seed"
-        queue "$prefix-neighbours-s$seed" "${mix[@]}" "seed=$seed" "init.method=neighbours" "loop.max_iterations=0"
-        if [[ "$seed" == 0 ]]; then
-          queue "$prefix-simcse-s$seed" "${mix[@]}" "seed=$seed" "init.method=simcse" "loop.max_iterations=0"
-        fi
+    for sources in $mix_sources; do
+      for order in ${MIX_ORDERS:-interleaved concatenated}; do
+        mix=("corpus.source=$corpus" "corpus.mix.sources=$sources" "corpus.mix.order=$order")
+        prefix="$short-mix$sources${order:0:1}"
+        for seed in "${seeds[@]}"; do
+          queue "$prefix-infocse-s$seed" "${mix[@]}" "seed=$seed"
+          queue "$prefix-neighbours-s$seed" "${mix[@]}" "seed=$seed" "init.method=neighbours" "loop.max_iterations=0"
+          if [[ "$seed" == 0 && "${MIX_CONTROL:-1}" == 1 ]]; then
+            queue "$prefix-simcse-s$seed" "${mix[@]}" "seed=$seed" "init.method=simcse" "loop.max_iterations=0"
+          fi
+        done
       done
     done
   fi
