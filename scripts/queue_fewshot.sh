@@ -8,27 +8,43 @@
 #   python -m scripts.export_runs --wait && python -m scripts.make_reports
 #   git add results/runs reports
 #
-# For seeds 0 1 2 and each label budget (default 100 300 all; the few-shot pool holds 836 BBC
-# documents, 341 man pages): the seed model, InfoCSE and InfoCSE++ (up to ROUNDS rounds, default 3)
-# in one run each, and the baseline's one round. Runs are queued budget by budget and, within a
-# budget, seed by seed (InfoCSE run, then baseline run), so a queue stopped early still leaves
-# complete pairs to compare. The unlabelled
-# stages of one seed are computed once and restored from DVC's run cache for every other budget.
-# Override with the environment:
+# For each seed (default 0 1 2) and each label budget (default 100 300 all; the few-shot pool holds
+# 836 BBC documents, 341 man pages): the seed model, InfoCSE and InfoCSE++ (up to ROUNDS rounds,
+# default 3) in one run each, and the baseline's one round. At the smallest and the largest budget,
+# InfoCSE++'s control: the InfoCSE model fine-tuned once for as many epochs as InfoCSE++ has had after
+# round r (r x finetune.epochs, r = 2 .. ROUNDS; no InfoCSE++ rounds; names ...-e<epochs>-s<seed>;
+# CONTROL=0: none). Runs are queued budget by budget and, within a budget, seed by seed (InfoCSE run,
+# then baseline run, then the controls), so a queue stopped early still leaves complete pairs to
+# compare. The unlabelled stages of one seed are computed once and restored from DVC's run cache for
+# every other budget. Override with the environment:
 #
-#   BUDGETS="100 all" ROUNDS=2 bash scripts/queue_fewshot.sh neighbours manpages
+#   BUDGETS="100 all" ROUNDS=2 SEEDS="0" CONTROL=0 bash scripts/queue_fewshot.sh neighbours manpages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 baseline="${1:?usage: queue_fewshot.sh BASELINE [corpus]}"
 corpus="${2:-bbc}"
-budgets=(${BUDGETS:-100 300 all})
+read -ra budgets <<< "${BUDGETS:-100 300 all}"
+read -ra seeds <<< "${SEEDS:-0 1 2}"
 rounds="${ROUNDS:-3}"
+control="${CONTROL:-1}"
+for value in "${seeds[@]}" "$rounds"; do
+  [[ "$value" =~ ^[0-9]+$ ]] || { echo "SEEDS and ROUNDS must be non-negative integers, got '$value'" >&2; exit 2; }
+done
+[[ "$control" == 0 || "$control" == 1 ]] || { echo "CONTROL must be 0 or 1, got '$control'" >&2; exit 2; }
+epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"
+short="${corpus:0:3}"
 for labels in "${budgets[@]}"; do
-  for seed in 0 1 2; do
-    dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
+  for seed in "${seeds[@]}"; do
+    dvc exp run --queue --force -n "$short-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds"
-    dvc exp run --queue --force -n "${corpus:0:3}-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
+    dvc exp run --queue --force -n "$short-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0
+    if [[ "$control" == 1 && ( "$labels" == "${budgets[0]}" || "$labels" == "${budgets[-1]}" ) ]]; then
+      for ((round = 2; round <= rounds; round++)); do
+        dvc exp run --queue --force -n "$short-fewshot-$labels-e$((round * epochs))-s$seed" -S "corpus.source=$corpus" \
+          -S "seed=$seed" -S "finetune.labels=$labels" -S "finetune.epochs=$((round * epochs))"
+      done
+    fi
   done
 done
 dvc queue status
