@@ -47,10 +47,15 @@ from dvc.repo import Repo
 with Repo() as repo:
     outs = [out for out in repo.index.outs
             if not out.use_cache and out.hash_info and out.cache.exists(out.hash_info.value)]
-    result = repo.cloud.push([out.hash_info for out in outs])
+    objects = []
+    for out in outs:  # a directory's listing names its files: send them too, or it restores nothing
+        objects.append(out.hash_info)
+        if out.hash_info.isdir:
+            objects.extend(entry for _, _, entry in out.get_obj())
+    result = repo.cloud.push(objects)
     if result.failed:
         raise SystemExit(f"failed to push {len(result.failed)} of the run cache's cache: false outputs")
-    print(f"{len(result.transferred)} cache: false outputs pushed for the run cache")
+    print(f"{len(result.transferred)} files of cache: false outputs pushed for the run cache")
 EOF_PY
 else
   echo "warning: no DVC remote (set DVC_REMOTE_URL): stages not in the local cache are recomputed, nothing is shared" >&2
