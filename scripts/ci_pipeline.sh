@@ -51,7 +51,10 @@ with Repo() as repo:
     for out in outs:  # a directory's listing names its files: send them too, or it restores nothing
         objects.append(out.hash_info)
         if out.hash_info.isdir:
-            objects.extend(entry for _, _, entry in out.get_obj())
+            tree = out.get_obj()
+            if tree is None:
+                raise SystemExit(f"{out}: its directory listing {out.hash_info.value} is not readable in the cache")
+            objects.extend(entry for _, _, entry in tree)
     result = repo.cloud.push(objects)
     if result.failed:
         raise SystemExit(f"failed to push {len(result.failed)} of the run cache's cache: false outputs")

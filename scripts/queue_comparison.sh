@@ -62,6 +62,20 @@ for budget in $sweep_budgets; do
   [[ -n "${budgets[$budget]:-}" ]] || { echo "BUDGETS: unknown budget '$budget' (known: default all10 all20 all40)" >&2; exit 2; }
 done
 
+if [[ "$set_name" == larger || "$set_name" == all ]]; then  # its runs would each fail at init without the model
+  python - <<'EOF_PY' || exit 2
+import sys
+
+from infocse.errors import StageError
+from infocse.models import SPLIT_ZIP_MODELS, split_zip_parts
+
+try:
+    split_zip_parts(*SPLIT_ZIP_MODELS["all-mpnet-base-v2"])
+except StageError as error:
+    sys.exit(f"the larger set needs all-mpnet-base-v2 (bash scripts/install.sh --mpnet): {error}")
+EOF_PY
+fi
+
 mix_sources="${MIX_SOURCES:-3}"  # MIX_SOURCES="2 4 8": the curve over sources per training document
 for sources in $mix_sources; do
   [[ "$sources" =~ ^[0-9]+$ && "$sources" -ge 2 ]] || { echo "MIX_SOURCES: '$sources' is not an integer >= 2" >&2; exit 2; }

@@ -27,8 +27,15 @@ read -ra budgets <<< "${BUDGETS:-100 300 all}"
 read -ra seeds <<< "${SEEDS:-0 1 2}"
 rounds="${ROUNDS:-3}"
 control="${CONTROL:-1}"
-for value in "${seeds[@]}" "$rounds"; do
-  [[ "$value" =~ ^[0-9]+$ ]] || { echo "SEEDS and ROUNDS must be non-negative integers, got '$value'" >&2; exit 2; }
+baselines="simcse mirror text_shuffle_cutoff ict neighbours"  # infocse/annotators.py: ANNOTATORS
+[[ " $baselines " == *" $baseline "* ]] || { echo "BASELINE must be one of: $baselines; got '$baseline'" >&2; exit 2; }
+for value in "${seeds[@]}"; do
+  [[ "$value" =~ ^[0-9]+$ ]] || { echo "SEEDS must be non-negative integers, got '$value'" >&2; exit 2; }
+done
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS must be a positive integer (plusplus.max_rounds), got '$rounds'" >&2; exit 2; }
+[[ ${#budgets[@]} -gt 0 ]] || { echo "BUDGETS is empty" >&2; exit 2; }
+for value in "${budgets[@]}"; do
+  [[ "$value" =~ ^([1-9][0-9]*|all)$ ]] || { echo "BUDGETS must be positive label counts or 'all', got '$value'" >&2; exit 2; }
 done
 [[ "$control" == 0 || "$control" == 1 ]] || { echo "CONTROL must be 0 or 1, got '$control'" >&2; exit 2; }
 epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"

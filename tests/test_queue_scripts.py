@@ -1,0 +1,47 @@
+"""The queue scripts refuse bad settings before they queue anything: a typo found when the queue
+runs, hours later, costs every run queued with it. Each runs from a copy outside any DVC project,
+so a check that lets a bad value through fails at `dvc exp run` with another exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("queue")
+    (root / "scripts").mkdir()
+    for name in ("queue_comparison.sh", "queue_fewshot.sh"):
+        shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+    return root
+
+
+def run_script(copy: Path, script: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", f"scripts/{script}", *args], cwd=copy, capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=60)
+
+
+@pytest.mark.parametrize(("script", "args", "env", "message"), [
+    ("queue_comparison.sh", ["nope"], {}, "unknown set 'nope'"),
+    ("queue_comparison.sh", ["main"], {"SEEDS": "0 x"}, "SEEDS: 'x'"),
+    ("queue_comparison.sh", ["sweep"], {"BUDGETS": "all15"}, "unknown budget 'all15'"),
+    ("queue_comparison.sh", ["mixed"], {"MIX_SOURCES": "1"}, "MIX_SOURCES: '1'"),
+    ("queue_fewshot.sh", ["conpono"], {}, "BASELINE must be one of"),
+    ("queue_fewshot.sh", ["neighbours"], {"SEEDS": "-1"}, "SEEDS must be"),
+    ("queue_fewshot.sh", ["neighbours"], {"ROUNDS": "0"}, "ROUNDS must be a positive integer"),
+    ("queue_fewshot.sh", ["neighbours"], {"BUDGETS": "100 0"}, "BUDGETS must be"),
+    ("queue_fewshot.sh", ["neighbours"], {"BUDGETS": "100 some"}, "BUDGETS must be"),
+    ("queue_fewshot.sh", ["neighbours"], {"CONTROL": "yes"}, "CONTROL must be 0 or 1"),
+])
+def test_a_bad_setting_exits_2_naming_it_before_anything_is_queued(copy, script, args, env, message):
+    result = run_script(copy, script, args, env)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert message in result.stderr, result.stderr
