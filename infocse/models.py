@@ -83,6 +83,15 @@ def encoding_dtype(device, precision: str):
     return halves[precision]
 
 
+def encoding_precision(device, precision: str) -> str:
+    """What params `embed.precision` / `evaluate.precision` runs as on `device` (fp32, fp16 or
+    bf16), recorded in the stage's metrics: `auto` differs between CPUs, and runs made in different
+    precisions are compared as different settings."""
+    import torch
+
+    return {None: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[encoding_dtype(device, precision)]
+
+
 def encode_batch_size(batch_size: int | None, device) -> int:
     """params `embed.batch_size` / `evaluate.batch_size`: a number as given; None ("auto"): a
     GPU-sized batch on CUDA, and on other devices the batch the pipeline always used (so CPU

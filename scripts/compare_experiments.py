@@ -49,18 +49,23 @@ BASELINE_NAMES = {"none": "seed model", "simcse": "SimCSE", "mirror": "Mirror-BE
 SEED_MODEL = "seed model"
 REFERENCE = "InfoCSE (init none, K=1)"
 
+# What the stages ran in, from their metrics (`ran_precision`), stands for the precision params, whose
+# `auto` is bf16 on a CPU with bf16 units and fp32 on one without: a run is compared, paired and
+# pooled only with runs of the same precision (the evaluation includes it).
+PRECISION = "precision"
+PRECISION_PARAMS = ("embed.precision", "evaluate.precision", "train.precision", "finetune.precision")
+
 # What each param is to a comparison. Evaluation: what the seed model's scores depend on (rows are
 # only compared within one). Method: what a row is named by. Ignored: where or how fast a run
 # computes, not what (and the few-shot params, which scripts/compare_fewshot.py reads). Every other
 # param, present or added later, is part of the setting: runs differing in it are not pooled.
 # A key ending in "." covers its whole section.
-EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "evaluate.precision",
-                   "corpus.")
+EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "corpus.", PRECISION)
 METHOD_KEYS = ("init.method", "idc.method", "idc.k", "idc.kmeans_clusters", "idc.first_round_annotator",
                "loop.max_iterations")
 IGNORED_KEYS = ("seed", "device", "corpus.source", "corpus.manpages_root", "engine.", "embed.batch_size",
                 "evaluate.batch_size", "idc.block_rows", "train.devices", "train.launcher", "report.", "finetune.",
-                "plusplus.", "iterations.")  # the iteration chain counts as its length, below
+                "plusplus.", "iterations.", *PRECISION_PARAMS)  # the iteration chain counts as its length, below
 ALWAYS_SHOWN = ("budget.max_pairs_per_document", "budget.max_pairs")  # in every setting's name
 
 
@@ -72,8 +77,21 @@ def canonical(values: dict) -> str:
     return json.dumps(values, sort_keys=True)
 
 
-def evaluation_of(params: dict) -> dict:
-    return {k: v for k, v in flatten(params).items() if covered(k, EVALUATION_KEYS) and not covered(k, IGNORED_KEYS)}
+def ran_precision(metrics: dict) -> str:
+    """The precision a run's stages encoded and trained in, as their metrics record it: "fp32",
+    "bf16", or e.g. "bf16+fp32" if its stages differed. Run files from before embed and evaluate
+    recorded it have it from train.json alone (the stages resolve `auto` alike on one machine);
+    one with no record at all is "unrecorded", never assumed."""
+    found = {values.get(PRECISION) for name, values in metrics.items()
+             if name.startswith("metrics/iterations/") and isinstance(values, dict)}
+    return "+".join(sorted(found - {None})) or "unrecorded"
+
+
+def evaluation_of(params: dict, metrics: dict) -> dict:
+    """What the seed model's scores depend on: the evaluation params, and the precision that ran."""
+    flat = flatten(params)
+    evaluation = {k: v for k, v in flat.items() if covered(k, EVALUATION_KEYS) and not covered(k, IGNORED_KEYS)}
+    return {**evaluation, PRECISION: ran_precision(metrics)}
 
 
 def setting_of(params: dict, extra: tuple[str, ...] = ()) -> dict:
@@ -152,7 +170,7 @@ def run_rows(run: dict) -> list[dict]:
     metric = (params.get("evaluate") or {}).get("metric", "mrr@10")
     base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
             "run": run["name"], "commit": (run.get("commit") or "")[:7], "ran_at": run.get("ran_at") or "",
-            "evaluation": canonical(evaluation_of(params)), "setting": canonical(setting_of(params)),
+            "evaluation": canonical(evaluation_of(params, metrics)), "setting": canonical(setting_of(params)),
             "setting_params": setting_of(params), "val_metric": metric}
     rows = [{**base, "method": BASELINE_NAMES.get(init, init), "val": states[0].get("val", {}),
              "test": states[0].get("test", {}), "best_iteration": 0, **rounds_summary(metrics, 0)}]

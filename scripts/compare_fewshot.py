@@ -59,7 +59,7 @@ def run_cells(run: dict) -> list[dict]:
     setting = fewshot_setting(params)
     base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
             "budget": budget_of(params), "run": run["name"], "ran_at": run.get("ran_at") or "",
-            "evaluation": canonical(evaluation_of(params)), "setting": canonical(setting), "setting_params": setting}
+            "evaluation": canonical(evaluation_of(params, metrics)), "setting": canonical(setting), "setting_params": setting}
     cells = []
     f0 = metrics.get("metrics/finetuned/f0.json")
     if f0 and "test" in f0 and (init == "none" or not loop_ran):

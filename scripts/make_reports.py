@@ -2,9 +2,10 @@
 
     python -m scripts.make_reports
 
-writes reports/comparison.md, reports/convergence.png (scripts/compare_experiments.py) and
-reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py) and
-reports/paper_tables.md, reports/paper_tables.png (scripts/paper_tables.py) from
+writes reports/comparison.md, reports/convergence.png (scripts/compare_experiments.py),
+reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py),
+reports/paper_tables.md, reports/paper_tables.png (scripts/paper_tables.py) and
+reports/precision.md (scripts/precision_parity.py) from
 `results/runs/*.json` alone; the same run files give the same bytes. New runs get there with
 `python -m scripts.export_runs` (after `dvc exp run` experiments; `--workspace NAME` for a
 `dvc repro` in the working tree).
@@ -12,13 +13,14 @@ reports/paper_tables.md, reports/paper_tables.png (scripts/paper_tables.py) from
 
 from __future__ import annotations
 
-from scripts import compare_experiments, compare_fewshot, paper_tables
+from scripts import compare_experiments, compare_fewshot, paper_tables, precision_parity
 
 
 def main() -> None:
     compare_experiments.main()
     compare_fewshot.main()
     paper_tables.main()
+    precision_parity.main()
 
 
 if __name__ == "__main__":

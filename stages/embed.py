@@ -16,7 +16,7 @@ from infocse.embedding import embed_sentences
 from infocse.errors import run_stage
 from infocse.io import save_numpy, write_json
 from infocse.stopping import iteration_is_active
-from infocse.models import CURRENT, load_model
+from infocse.models import CURRENT, encoding_precision, load_model, resolve_device
 from infocse.paths import ANNOTATOR_MODEL, SENTENCES, IterationPaths
 
 
@@ -51,8 +51,10 @@ def main() -> None:
         seconds = time.perf_counter() - started
         save_numpy(embeddings, paths.embeddings)
         sentences = len(embeddings)
-    write_json(paths.metrics / "embed.json", {"iteration": t, "sentences": sentences, "seconds": seconds,
-                                              "sentences_per_second": sentences / seconds if sentences else 0.0})
+    write_json(paths.metrics / "embed.json", {
+        "iteration": t, "sentences": sentences, "seconds": seconds,
+        "sentences_per_second": sentences / seconds if sentences else 0.0,
+        "precision": encoding_precision(resolve_device(config.device), config.embed.precision)})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from infocse.config import load_config
 from infocse.errors import run_stage
 from infocse.io import read_json, write_json, write_parquet
 from infocse.stopping import iteration_is_active, next_state, stopped_state
-from infocse.models import load_model
+from infocse.models import encoding_precision, load_model, resolve_device
 from infocse.paths import DOCUMENTS, IterationPaths
 from infocse.retrieval import empty_ranks, score_model
 
@@ -45,7 +45,9 @@ def main() -> None:
     write_parquet(ranks, paths.ranks)
     write_json(paths.retrieval, result)
     write_json(paths.continue_flag, {"continue": result["continue"]})
-    write_json(paths.metrics / "evaluate.json", {"iteration": t, "seconds": time.perf_counter() - started})
+    write_json(paths.metrics / "evaluate.json", {
+        "iteration": t, "seconds": time.perf_counter() - started,
+        "precision": encoding_precision(resolve_device(config.device), config.evaluate.precision)})
     if result["stopped"]:
         print(f"iteration {t}: skipped (the loop stopped); best is iteration {result['best_iteration']}")
     elif result.get("val"):

@@ -10,7 +10,7 @@ from scripts import make_reports
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATED = ("reports/comparison.md", "reports/convergence.png", "reports/fewshot.md", "reports/plusplus_rounds.png",
-             "reports/paper_tables.md", "reports/paper_tables.png")
+             "reports/paper_tables.md", "reports/paper_tables.png", "reports/precision.md")
 
 
 def test_make_reports_regenerates_the_committed_reports_byte_for_byte(tmp_path, monkeypatch):

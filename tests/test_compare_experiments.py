@@ -24,10 +24,12 @@ def state(r1: float, val_mrr: float = 0.5, stopped: bool = False) -> dict:
 
 
 def make_run(name: str, seed: int, init: str, states: list[dict], best: int, corpus: str = "bbc",
-             ran_at: str = "2030-01-01T00:00:00", pairs: int = 2560, **overrides) -> dict:
-    """A run file as scripts/export_runs.py writes it: full params, metrics per iteration."""
+             ran_at: str = "2030-01-01T00:00:00", pairs: int = 2560, precision: str = "fp32", **overrides) -> dict:
+    """A run file as scripts/export_runs.py writes it: full params, metrics per iteration (each
+    evaluate stage records the precision it ran in)."""
     metrics = {f"metrics/iterations/iter-{t}/retrieval.json": s for t, s in enumerate(states)}
     for t, s in enumerate(states):
+        metrics[f"metrics/iterations/iter-{t}/evaluate.json"] = {"seconds": 10.0, "precision": precision}
         trained = (t == 0 and init != "none") or (t > 0 and not s["stopped"])
         metrics[f"metrics/iterations/iter-{t}/train.json"] = (
             {"skipped": False, "seconds": 100.0, "steps": 80, "pairs_used": pairs - 1} if trained
@@ -85,6 +87,36 @@ def test_budget_is_a_setting_seed_and_device_are_not():
     assert compare.setting_of(base)["budget.max_pairs"] == 2560
     # a param added later counts as a setting without any change here
     assert "train.new_knob" in compare.setting_of(deep_merge(base, {"train": {"new_knob": 1}}))
+
+
+def test_the_precision_is_what_the_stages_recorded_and_never_assumed():
+    run = make_run("r", 0, "none", [state(0.60), state(0.62)], best=1, precision="bf16")
+    assert compare.ran_precision(run["metrics"]) == "bf16"
+    # before embed and evaluate recorded it, train.json alone did
+    legacy = {"metrics/iterations/iter-1/train.json": {"precision": "fp32"}, "metrics/best.json": {"iteration": 1}}
+    assert compare.ran_precision(legacy) == "fp32"
+    assert compare.ran_precision({"metrics/iterations/iter-0/retrieval.json": {}}) == "unrecorded"
+    mixed = {"metrics/iterations/iter-0/evaluate.json": {"precision": "fp32"},
+             "metrics/iterations/iter-1/train.json": {"precision": "bf16"}}
+    assert compare.ran_precision(mixed) == "bf16+fp32"
+
+
+def test_runs_in_other_precisions_are_never_pooled_deduped_or_paired_and_the_params_do_not_split_them():
+    fp32 = make_run("fp32", 0, "none", [state(0.60), state(0.62)], best=1, ran_at="2030-01-01T00:00:00")
+    bf16 = make_run("bf16", 0, "none", [state(0.61), state(0.64)], best=1, ran_at="2030-02-01T00:00:00",
+                    precision="bf16")
+    explicit = make_run("explicit", 1, "none", [state(0.50), state(0.55)], best=1,
+                        train={"precision": "fp32"}, embed={"precision": "fp32"}, evaluate={"precision": "fp32"})
+    rows, dropped = compare.collect([fp32, bf16, explicit])
+    assert dropped == [] and len(rows) == 6
+    by_run = {(r["run"], r["method"]): r for r in rows}
+    assert by_run["bf16", compare.REFERENCE]["seed_ref"]["run"] == "bf16"
+    assert by_run["fp32", compare.REFERENCE]["seed_ref"]["run"] == "fp32"
+    assert by_run["bf16", "seed model"]["evaluation"] != by_run["fp32", "seed model"]["evaluation"]
+    # `fp32` set in params, run in fp32, is the same evaluation and setting as `auto` that ran in fp32
+    assert (by_run["explicit", "seed model"]["evaluation"], by_run["explicit", "seed model"]["setting"]) == \
+        (by_run["fp32", "seed model"]["evaluation"], by_run["fp32", "seed model"]["setting"])
+    assert "precision=bf16" in compare.render([fp32, bf16])
 
 
 def test_newest_run_wins_per_setting_method_and_seed():

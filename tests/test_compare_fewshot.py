@@ -19,9 +19,10 @@ def scores(r1: float, val_mrr: float) -> dict:
 
 
 def run(name: str, seed: int, labels, init: str = "none", max_iterations="all", max_rounds: int = 1, f0=None,
-        best=None, plusplus=None, ran_at: str = "2030-01-01T00:00:00", **overrides) -> dict:
+        best=None, plusplus=None, ran_at: str = "2030-01-01T00:00:00", precision: str = "fp32", **overrides) -> dict:
     metrics = {"metrics/best.json": {"iteration": 0},
-               "metrics/iterations/iter-0/retrieval.json": {"stopped": False, **scores(0.5, 0.5)}}
+               "metrics/iterations/iter-0/retrieval.json": {"stopped": False, **scores(0.5, 0.5)},
+               "metrics/iterations/iter-0/evaluate.json": {"seconds": 10.0, "precision": precision}}
     for path, value in (("f0", f0), ("best", best)):
         if value:
             metrics[f"metrics/finetuned/{path}.json"] = value

@@ -114,6 +114,14 @@ def test_an_older_group_at_the_defaults_is_listed_and_never_pooled_with_the_newe
                     "older groups at the same defaults: 3 run(s) at commit(s) ccccccc.")
 
 
+def test_newer_bf16_runs_do_not_replace_the_fp32_group_of_the_tables():
+    fp32 = [infocse_run(seed, 0.5, 0.6, ran_at="2030-01-01T00:00:00") for seed in range(3)]
+    bf16 = [make_run(f"bf16-s{seed}", seed, "none", [state(0.5), state(0.9)], best=1, ran_at="2031-01-01T00:00:00",
+                     precision="bf16") for seed in range(3)]
+    assert table_rows(paper.render(fp32 + bf16), "## Table 1")["BBC News", REFERENCE][2:4] == \
+        ["3 (0, 1, 2)", "0.600 ± 0.000"]
+
+
 def test_a_run_off_the_defaults_is_not_in_the_tables():
     runs = [infocse_run(seed, 0.5, 0.6, budget={"max_pairs": "all", "max_pairs_per_document": 10}) for seed in range(3)]
     assert table_rows(paper.render(runs), "## Table 1")["BBC News", REFERENCE][2] == "not run"

@@ -13,7 +13,7 @@ from conftest import TOPICS, config_with, tiny_documents
 
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
-from infocse.models import encode_batch_size, encoding_dtype, load_model, weights_in
+from infocse.models import encode_batch_size, encoding_dtype, encoding_precision, load_model, weights_in
 from infocse.retrieval import rank_queries, score_model
 
 SENTENCES = [sentence for sentences in TOPICS.values() for sentence in sentences]
@@ -80,6 +80,16 @@ def test_cpu_auto_encodes_in_bf16_only_with_bf16_matrix_instructions(monkeypatch
     assert encoding_dtype("cpu", "auto") is expected
     assert encoding_dtype("cpu", "fp32") is None  # explicit fp32 keeps fp32 on every CPU
     assert encoding_dtype("cuda", "auto") is torch.float16  # the GPU keeps its own default
+
+
+@pytest.mark.parametrize("amx, avx512_bf16, device, precision, expected", [
+    (False, False, "cpu", "auto", "fp32"), (False, True, "cpu", "auto", "bf16"), (True, False, "cpu", "auto", "bf16"),
+    (True, True, "cpu", "fp32", "fp32"), (False, False, "cuda", "auto", "fp16"), (False, False, "cpu", "bf16", "bf16")])
+def test_the_recorded_encoding_precision_is_the_dtype_encoding_uses(monkeypatch, amx, avx512_bf16, device, precision,
+                                                                     expected):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    assert encoding_precision(device, precision) == expected
 
 
 def test_unknown_precision_is_refused():

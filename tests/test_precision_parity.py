@@ -1,0 +1,50 @@
+"""The bf16-against-fp32 report (scripts/precision_parity.py) from hand-made run files: each bf16
+row paired with the fp32 row of the same setting, method and seed, differences checked against
+scipy's t-interval, unmatched runs left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+from test_compare_experiments import cells, make_run, state
+
+from scripts import compare_experiments as compare
+from scripts import precision_parity as parity
+
+
+def infocse(seed: int, seed_r1: float, r1: float, precision: str, **overrides) -> dict:
+    return make_run(f"{precision}-s{seed}", seed, "none", [state(seed_r1), state(r1, 0.6)], best=1,
+                    precision=precision, **overrides)
+
+
+def row_of(text: str, method: str) -> list[str]:
+    section = text.split("## Paired differences", 1)[1].split("\n## ", 1)[0]
+    (line,) = [line for line in section.splitlines() if line.startswith("| bbc ") and f"| {method} " in line]
+    return cells(line)
+
+
+def test_each_bf16_row_is_paired_with_its_fp32_twin_by_seed():
+    fp32 = [infocse(seed, 0.50 + 0.01 * seed, 0.60 + 0.02 * seed, "fp32") for seed in range(3)]
+    bf16 = [infocse(seed, 0.50 + 0.01 * seed, r1, "bf16") for seed, r1 in enumerate([0.61, 0.61, 0.66])]
+    unmatched = infocse(0, 0.5, 0.9, "bf16", budget={"max_pairs": 10})  # no fp32 run of its setting
+    text = parity.render(fp32 + bf16 + [unmatched])
+    differences = np.array([0.61, 0.61, 0.66]) - np.array([0.60, 0.62, 0.64])
+    low, high = stats.t.interval(0.95, 2, loc=differences.mean(), scale=stats.sem(differences))
+    row = row_of(text, compare.REFERENCE)
+    assert row[3] == "3 (0, 1, 2)"
+    assert row[6] == f"{differences.mean():+.3f} [{low:+.3f}, {high:+.3f}] (n = 3)"  # Δ test recall@1
+    assert row_of(text, "seed model")[6] == "+0.000 [+0.000, +0.000] (n = 3)"  # same seed-model scores
+    assert "bf16-s0" in text and "max_pairs=10" not in text  # the unmatched run has no row
+
+
+def test_no_twins_say_so():
+    assert "No bf16 run has an fp32 twin yet." in parity.render([infocse(0, 0.5, 0.6, "bf16")])
+    assert "No bf16 run has an fp32 twin yet." in parity.render([])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "unrecorded"])
+def test_only_bf16_rows_are_the_reduced_side(precision):
+    runs = [infocse(0, 0.5, 0.6, "fp32"), make_run("other", 0, "none", [state(0.5), state(0.7)], best=1,
+                                                   precision=precision, ran_at="2031-01-01T00:00:00")]
+    assert "No bf16 run has an fp32 twin yet." in parity.render(runs)
