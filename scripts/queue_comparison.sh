@@ -33,6 +33,9 @@
 # name that already has a run file in results/runs is not queued (to resume a queue that died).
 # SEEDS (default "0 1 2") replaces the seeds of every set: SEEDS="3 4" TAG=fixed ... main manpages
 # adds seeds 3 and 4 where reports/paper_tables.md asks for them.
+# PRECISION=fp32 (or bf16) sets embed, evaluate and train precision instead of `auto` (bf16 on a CPU with
+# bf16 units): the reports compare runs by the precision they ran in (reports/precision.md sets bf16
+# beside fp32), so PRECISION=fp32 on such a CPU makes runs that join the fp32 tables.
 # Experiments run the committed code: commit before queueing (export_runs records any uncommitted
 # code it finds).
 set -euo pipefail
@@ -81,6 +84,13 @@ for sources in $mix_sources; do
   [[ "$sources" =~ ^[0-9]+$ && "$sources" -ge 2 ]] || { echo "MIX_SOURCES: '$sources' is not an integer >= 2" >&2; exit 2; }
 done
 
+precision_args=()
+case "${PRECISION:-auto}" in
+  auto) ;;
+  fp32|bf16) for section in embed evaluate train; do precision_args+=(-S "$section.precision=$PRECISION"); done ;;
+  *) echo "PRECISION must be auto, fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
+esac
+
 tag="${TAG:+-$TAG}"
 queue() {  # queue NAME PARAM...: the unlabelled stages only; NAME ends in -s<seed>, the TAG goes before it
   local name="${1%-s*}$tag-s${1##*-s}"; shift
@@ -90,7 +100,7 @@ queue() {  # queue NAME PARAM...: the unlabelled stages only; NAME ends in -s<se
   fi
   local args=()
   for param in "$@"; do args+=(-S "$param"); done
-  dvc exp run --queue --force -n "$name" "${args[@]}" select report
+  dvc exp run --queue --force -n "$name" "${args[@]}" "${precision_args[@]}" select report
 }
 
 queue_inits() {  # queue_inits SEED METHOD...: InfoCSE started from one round of each baseline (uses $corpus, $short)

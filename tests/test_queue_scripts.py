@@ -34,6 +34,7 @@ def run_script(copy: Path, script: str, args: list[str], env: dict[str, str]) ->
     ("queue_comparison.sh", ["main"], {"SEEDS": "0 x"}, "SEEDS: 'x'"),
     ("queue_comparison.sh", ["sweep"], {"BUDGETS": "all15"}, "unknown budget 'all15'"),
     ("queue_comparison.sh", ["mixed"], {"MIX_SOURCES": "1"}, "MIX_SOURCES: '1'"),
+    ("queue_comparison.sh", ["main"], {"PRECISION": "fp16"}, "PRECISION must be auto, fp32 or bf16"),
     ("queue_fewshot.sh", ["conpono"], {}, "BASELINE must be one of"),
     ("queue_fewshot.sh", ["neighbours"], {"SEEDS": "-1"}, "SEEDS must be"),
     ("queue_fewshot.sh", ["neighbours"], {"ROUNDS": "0"}, "ROUNDS must be a positive integer"),
