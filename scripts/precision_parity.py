@@ -18,9 +18,9 @@ import json
 import pandas as pd
 
 from infocse.io import write_text
-from infocse.reporting import markdown_table
-from scripts.compare_experiments import (ALWAYS_SHOWN, PRECISION, RUNS_DIR, canonical, collect, interval_cells,
-                                         label, load_runs, method_order, varying_keys)
+from infocse.reporting import format_interval, markdown_table, t_interval, verdict
+from scripts.compare_experiments import (ALWAYS_SHOWN, PRECISION, RUNS_DIR, canonical, collect, label, load_runs,
+                                         method_order, varying_keys)
 
 REPORT = "reports/precision.md"
 REDUCED = "bf16"
@@ -86,7 +86,9 @@ def render(runs: list[dict]) -> str:
                   "method": method, "n (seeds)": f"{len(mine)} ({', '.join(str(p[0]['seed']) for p in mine)})"}
         for split, name in (("val", metric), *METRICS):
             values = [d for d in (difference(pair, split, name) for pair in mine) if d is not None]
-            record[f"Δ {split} {name}"], record[f"verdict ({split} {name})"] = interval_cells(values)
+            interval = t_interval(values)  # 4 digits: the differences are of the order of 0.001
+            record[f"Δ {split} {name}"] = format_interval(interval, 4) if values else "–"
+            record[f"verdict ({split} {name})"] = verdict(interval) if values else "–"
         records.append(record)
         per_run += [{"corpus": corpus, "method": method, "seed": reduced["seed"], f"{REDUCED} run": reduced["run"],
                      f"{FULL} run": full["run"], f"val {metric}": f"{reduced['val'].get(metric, float('nan')):.4f} / "

@@ -33,8 +33,8 @@ def test_each_bf16_row_is_paired_with_its_fp32_twin_by_seed():
     low, high = stats.t.interval(0.95, 2, loc=differences.mean(), scale=stats.sem(differences))
     row = row_of(text, compare.REFERENCE)
     assert row[3] == "3 (0, 1, 2)"
-    assert row[6] == f"{differences.mean():+.3f} [{low:+.3f}, {high:+.3f}] (n = 3)"  # Δ test recall@1
-    assert row_of(text, "seed model")[6] == "+0.000 [+0.000, +0.000] (n = 3)"  # same seed-model scores
+    assert row[6] == f"{differences.mean():+.4f} [{low:+.4f}, {high:+.4f}] (n = 3)"  # Δ test recall@1
+    assert row_of(text, "seed model")[6] == "+0.0000 [+0.0000, +0.0000] (n = 3)"  # same seed-model scores
     assert "bf16-s0" in text and "max_pairs=10" not in text  # the unmatched run has no row
 
 
