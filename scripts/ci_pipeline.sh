@@ -58,7 +58,7 @@ with Repo() as repo:
     result = repo.cloud.push(objects)
     if result.failed:
         raise SystemExit(f"failed to push {len(result.failed)} of the run cache's cache: false outputs")
-    print(f"{len(result.transferred)} files of cache: false outputs pushed for the run cache")
+    print(f"{len(result.transferred)} objects of cache: false outputs pushed for the run cache")
 EOF_PY
 else
   echo "warning: no DVC remote (set DVC_REMOTE_URL): stages not in the local cache are recomputed, nothing is shared" >&2

@@ -500,12 +500,15 @@ def plot_convergence(runs: list[dict], path: Path = PLOT) -> None:
     for axis, corpus in zip(axes, corpora):
         mine = [r for r in curves if r["corpus"] == corpus]
         keys = varying_keys([r["setting_params"] for r in mine], ALWAYS_SHOWN)
-        for setting, method in sorted({(r["setting"], r["method"]) for r in mine}):
-            lines = [dict(r["curve"]) for r in mine if (r["setting"], r["method"]) == (setting, method)]
+        evaluation_keys = varying_keys([json.loads(r["evaluation"]) for r in mine])  # e.g. a mix, a precision
+        for evaluation, setting, method in sorted({(r["evaluation"], r["setting"], r["method"]) for r in mine}):
+            lines = [dict(r["curve"]) for r in mine if (r["evaluation"], r["setting"], r["method"]) ==
+                     (evaluation, setting, method)]
             steps = sorted({t for curve in lines for t in curve})
             means = [statistics.mean(c[t] for c in lines if c.get(t) is not None) for t in steps]
-            setting_name = label(json.loads(setting), keys).replace("budget.", "")
-            axis.plot(steps, means, marker="o", label=f"{method}, {setting_name} (n={len(lines)})")
+            parts = [label(json.loads(evaluation), evaluation_keys)] if evaluation_keys else []
+            name = ", ".join([*parts, label(json.loads(setting), keys).replace("budget.", "")])
+            axis.plot(steps, means, marker="o", label=f"{method}, {name} (n={len(lines)})")
         axis.set_title(f"{corpus}: validation {mine[0]['val_metric']} per iteration (mean over runs)", fontsize=9)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("iteration (0 = f_0)")

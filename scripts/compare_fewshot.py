@@ -59,7 +59,8 @@ def run_cells(run: dict) -> list[dict]:
     setting = fewshot_setting(params)
     base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
             "budget": budget_of(params), "run": run["name"], "ran_at": run.get("ran_at") or "",
-            "evaluation": canonical(evaluation_of(params, metrics)), "setting": canonical(setting), "setting_params": setting}
+            "evaluation": canonical(evaluation_of(params, metrics)), "setting": canonical(setting),
+            "setting_params": setting}
     cells = []
     f0 = metrics.get("metrics/finetuned/f0.json")
     if f0 and "test" in f0 and (init == "none" or not loop_ran):
@@ -220,13 +221,16 @@ def plot_rounds(runs: list[dict], path: Path = PLOT) -> None:
     cells = [c for c in collect(runs)[0] if c.get("curve")]
     figure = Figure(figsize=(6, 4))
     axis = figure.add_subplot()
-    for corpus, budget in sorted({(c["corpus"], c["budget"]) for c in cells}):
-        curves = [c["curve"] for c in cells if c["corpus"] == corpus and c["budget"] == budget]
+    evaluation_keys = varying_keys([json.loads(c["evaluation"]) for c in cells])  # e.g. a mix, a precision
+    for corpus, evaluation, budget in sorted({(c["corpus"], c["evaluation"], c["budget"]) for c in cells}):
+        curves = [c["curve"] for c in cells
+                  if (c["corpus"], c["evaluation"], c["budget"]) == (corpus, evaluation, budget)]
         rounds = sorted({point["round"] for curve in curves for point in curve})
+        where = f"{corpus} ({label(json.loads(evaluation), evaluation_keys)})" if evaluation_keys else corpus
         for split, style in (("val", "-"), ("test", "--")):
             means = [statistics.mean(p[split]["mrr@10"] for curve in curves for p in curve if p["round"] == r)
                      for r in rounds]
-            axis.plot(rounds, means, style, marker="o", label=f"{corpus}, {budget} labels, {split} (n={len(curves)})")
+            axis.plot(rounds, means, style, marker="o", label=f"{where}, {budget} labels, {split} (n={len(curves)})")
     if not cells:
         axis.text(0.5, 0.5, "no InfoCSE++ runs yet", ha="center", va="center")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))

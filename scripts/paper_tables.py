@@ -43,8 +43,9 @@ PLOT = Path("reports/paper_tables.png")
 
 # params.yaml's CPU defaults of what the tables hold fixed (dotted as in compare_experiments.setting_of;
 # "iterations" is the length of the iteration chain). A key a group's params lack does not exclude it.
-# The precision that ran (compare_experiments.ran_precision): fp32, that of every run behind the tables so
-# far; runs in bf16 (`auto` on a CPU with bf16 units) are compared with them in reports/precision.md.
+# The precision that ran (compare_experiments.ran_precision) is not a params.yaml value: fp32, that of every
+# run behind the tables so far; CPU runs in bf16 (`auto` with bf16 units) are set beside their fp32 twins
+# in reports/precision.md, and GPU runs (`auto`: "bf16+fp16") are in reports/comparison.md alone.
 TABLE_DEFAULTS = {"seed_model": "all-MiniLM-L6-v2", "budget.max_pairs": 2560, "budget.max_pairs_per_document": 20,
                   "iterations": 2, "loop.patience": 1, "finetune.epochs": 3, "precision": "fp32"}
 CONVERGENCE_KEYS = ("iterations", "loop.patience")
@@ -562,7 +563,8 @@ INTRO = [
     f"{TABLE_DEFAULTS['budget.max_pairs']:,} training pairs per round (at most "
     f"{TABLE_DEFAULTS['budget.max_pairs_per_document']} per document), {TABLE_DEFAULTS['iterations']} iterations, "
     f"loop patience {TABLE_DEFAULTS['loop.patience']}, fine-tuning {TABLE_DEFAULTS['finetune.epochs']} epochs, "
-    f"run in {TABLE_DEFAULTS['precision']} (runs in bf16 are set beside these in reports/precision.md). "
+    f"run in {TABLE_DEFAULTS['precision']} (CPU runs in bf16 are set beside these in reports/precision.md; "
+    "GPU runs are in reports/comparison.md). "
     "Per corpus a table uses one group of runs that share every other param too: the newest such group; older "
     "ones are listed at the end, never pooled (runs of older code have other params). A study varies only its own "
     "params: the convergence runs their iterations and patience, the InfoCSE++ control its fine-tuning epochs.",

@@ -67,6 +67,7 @@ def render(runs: list[dict]) -> str:
              "bf16 on a CPU with AMX or AVX-512 BF16 units, fp32 elsewhere).",
              f"- Δ: {REDUCED} minus {FULL}, the mean over seeds with its t-based 95% interval, "
              "`mean [low, high] (n = seeds)`; the seed model's row is bf16 encoding alone.",
+             "- Twins made by different commits differ in code too: the per-run table names both commits.",
              "- Training seconds are not compared: the fp32 runs ran on other machines "
              "(benchmarks/results/cpu_bf16.md compares speed side by side on one).", ""]
     pairs = twins(collect(runs)[0]) if runs else []
@@ -91,7 +92,8 @@ def render(runs: list[dict]) -> str:
             record[f"verdict ({split} {name})"] = verdict(interval) if values else "–"
         records.append(record)
         per_run += [{"corpus": corpus, "method": method, "seed": reduced["seed"], f"{REDUCED} run": reduced["run"],
-                     f"{FULL} run": full["run"], f"val {metric}": f"{reduced['val'].get(metric, float('nan')):.4f} / "
+                     f"{FULL} run": full["run"], "commits": f"{reduced['commit']} / {full['commit']}",
+                     f"val {metric}": f"{reduced['val'].get(metric, float('nan')):.4f} / "
                      f"{full['val'].get(metric, float('nan')):.4f}",
                      "test recall@1": f"{reduced['test'].get('recall@1', float('nan')):.4f} / "
                      f"{full['test'].get('recall@1', float('nan')):.4f}"} for reduced, full in mine]

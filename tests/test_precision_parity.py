@@ -43,8 +43,12 @@ def test_no_twins_say_so():
     assert "No bf16 run has an fp32 twin yet." in parity.render([])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "unrecorded"])
-def test_only_bf16_rows_are_the_reduced_side(precision):
-    runs = [infocse(0, 0.5, 0.6, "fp32"), make_run("other", 0, "none", [state(0.5), state(0.7)], best=1,
-                                                   precision=precision, ran_at="2031-01-01T00:00:00")]
-    assert "No bf16 run has an fp32 twin yet." in parity.render(runs)
+@pytest.mark.parametrize("recorded", [True, False])
+def test_only_bf16_rows_are_the_reduced_side(recorded):
+    """A newer fp32 run, or one that recorded no precision at all, is no bf16 twin."""
+    other = make_run("other", 0, "none", [state(0.5), state(0.7)], best=1, ran_at="2031-01-01T00:00:00")
+    if not recorded:
+        other["metrics"] = {name: {k: v for k, v in values.items() if k != "precision"}
+                            for name, values in other["metrics"].items()}
+        assert compare.ran_precision(other["metrics"]) == "unrecorded"
+    assert "No bf16 run has an fp32 twin yet." in parity.render([infocse(0, 0.5, 0.6, "fp32"), other])

@@ -46,3 +46,11 @@ def test_a_bad_setting_exits_2_naming_it_before_anything_is_queued(copy, script,
     result = run_script(copy, script, args, env)
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert message in result.stderr, result.stderr
+
+
+def test_the_few_shot_queue_knows_every_baseline_annotator():
+    from infocse.annotators import ANNOTATORS
+
+    line = next(line for line in (REPO / "scripts/queue_fewshot.sh").read_text().splitlines()
+                if line.startswith("baselines="))
+    assert tuple(line.split('"')[1].split()) == ANNOTATORS
