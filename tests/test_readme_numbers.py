@@ -2,7 +2,8 @@
 
 The section runs from the heading that starts with `## Results` to the next `## ` heading. Each
 decimal there (0.683, +0.046, −0.159, 12.5%) must appear, as the same digits, in a generated
-report (reports/comparison.md, reports/fewshot.md, reports/paper_tables.md, reports/report.md,
+report (reports/comparison.md, reports/fewshot.md, reports/paper_tables.md, reports/precision.md,
+reports/report.md,
 benchmarks/results/*.md) or as a value of the committed metrics (metrics/**/*.json, written with 3
 decimals, signed or not). A negative number must be quoted negative; a percent sign is not
 compared. Numbers inside code (`...` or fenced blocks) are not claims and are skipped. An estimate
@@ -19,7 +20,8 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-REPORTS = ("reports/comparison.md", "reports/fewshot.md", "reports/paper_tables.md", "reports/report.md")
+REPORTS = ("reports/comparison.md", "reports/fewshot.md", "reports/paper_tables.md", "reports/precision.md",
+           "reports/report.md")
 REPORT_GLOBS = ("benchmarks/results/*.md",)
 METRICS_GLOB = "metrics/**/*.json"
 
