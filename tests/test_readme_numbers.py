@@ -3,9 +3,8 @@
 The section runs from the heading that starts with `## Results` to the next `## ` heading. Each
 decimal there (0.683, +0.046, −0.159, 12.5%) must appear, as the same digits, in a generated
 report (reports/comparison.md, reports/fewshot.md, reports/paper_tables.md, reports/precision.md,
-reports/report.md,
-benchmarks/results/*.md) or as a value of the committed metrics (metrics/**/*.json, written with 3
-decimals, signed or not). A negative number must be quoted negative; a percent sign is not
+reports/report.md, benchmarks/results/*.md) or as a value of the committed metrics
+(metrics/**/*.json, written with 3 decimals, signed or not). A negative number must be quoted negative; a percent sign is not
 compared. Numbers inside code (`...` or fenced blocks) are not claims and are skipped. An estimate
 quoted with its interval, `+0.046 [+0.013, +0.079]`, must appear as that whole triple in a
 generated report (a table cell boundary between the estimate and its interval is allowed): three
