@@ -20,7 +20,7 @@ from conftest import config_with, tiny_documents
 from infocse.corpora.sentences import split_sentences
 from infocse.errors import StageError
 from infocse.live import LiveCurves
-from infocse.models import load_model
+from infocse.models import cpu_has_bf16, load_model
 from infocse.sampler import batch_statistics, document_disjoint_batches, spread_batches
 from infocse.training import dataloader_workers, text_codes, train_on_pairs, training_batches, training_precision
 
@@ -392,7 +392,7 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
     assert stats["loss_curve"] and all(math.isfinite(row["loss"]) for row in stats["loss_curve"])
     assert stats["batches"] == batch_statistics(expected_batches, doc_codes, TRAIN.batch_size)
     assert stats["batches"]["batches"] == stats["steps"]
-    assert stats["sampler"] == "greedy" and stats["precision"] == "fp32"
+    assert stats["sampler"] == "greedy" and stats["precision"] == ("bf16" if cpu_has_bf16() else "fp32")  # auto
     # the live curves, written while it trained, hold the trainer's logged steps: the loss curve it returned
     curves = {curve: pd.read_csv(tmp_path / f"live/plots/metrics/finetune/{curve}.tsv", sep="\t")
               for curve in ("loss", "learning_rate")}
