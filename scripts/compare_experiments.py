@@ -60,7 +60,7 @@ PRECISION_PARAMS = ("embed.precision", "evaluate.precision", "train.precision", 
 # computes, not what (and the few-shot params, which scripts/compare_fewshot.py reads). Every other
 # param, present or added later, is part of the setting: runs differing in it are not pooled.
 # A key ending in "." covers its whole section.
-EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "corpus.", PRECISION)
+EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "corpus.")
 METHOD_KEYS = ("init.method", "idc.method", "idc.k", "idc.kmeans_clusters", "idc.first_round_annotator",
                "loop.max_iterations")
 IGNORED_KEYS = ("seed", "device", "corpus.source", "corpus.manpages_root", "engine.", "embed.batch_size",
