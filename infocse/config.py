@@ -74,7 +74,7 @@ class EngineConfig:
 class EmbedConfig:
     batch_size: int | None  # None: auto (by device: infocse.models.encode_batch_size)
     max_seq_length: int
-    precision: str  # auto (half precision on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
+    precision: str  # auto (fp16 on CUDA, bf16 on a CPU with AMX / AVX-512 BF16, else fp32) | fp32 | fp16 | bf16
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class TrainingConfig:
     epochs: int
     devices: int
     sampler: str  # greedy | spread: how document-disjoint batches are filled
-    precision: str  # auto (bf16 on CUDA that supports it, fp32 on CPU) | fp32 | bf16 | fp16
+    precision: str  # auto (bf16 on a CUDA device or a CPU that has it, else fp32) | fp32 | bf16 | fp16
     launcher: str  # the command dvc.yaml runs the train stage with: python, or torchrun for `devices` > 1
 
 

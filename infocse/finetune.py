@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from infocse.config import Config
-from infocse.models import sequence_length
+from infocse.models import encoding_precision, precisions, sequence_length
 from infocse.retrieval import scored
 from infocse.seeds import derived_seed
 from infocse.training import train_on_pairs
@@ -23,11 +23,13 @@ def finetune(model, labels: pd.DataFrame, config: Config, device: str, round_num
     with sequence_length(model, training.max_seq_length):
         stats = train_on_pairs(model, pairs, training, derived_seed(config.seed, "finetune", 0, round_number), device,
                                label=f"fine-tuning (round {round_number})", live=live, phase="finetune")
-    return {key: stats[key] for key in ("steps", "train_loss", "pairs_used")}
+    return {key: stats[key] for key in ("steps", "train_loss", "pairs_used", "precision")}
 
 
 def finetune_and_score(model, labels: pd.DataFrame, config: Config, device: str, documents: pd.DataFrame,
                        round_number: int = 1, live=None) -> dict:
-    """Fine-tune on `labels`, then score on val and test (at the evaluation length)."""
+    """Fine-tune on `labels`, then score on val and test (at the evaluation length); `precision`
+    records what the fine-tuning and the scoring ran in."""
     train = finetune(model, labels, config, device, round_number, live)
-    return {**scored(model, documents, config), "labels": len(labels), "train": train}
+    ran = precisions(train["precision"], encoding_precision(device, config.evaluate.precision))
+    return {**scored(model, documents, config), "labels": len(labels), "train": train, "precision": ran}

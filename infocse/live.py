@@ -16,6 +16,7 @@ start; a stage needs none of what that buys (experiments saved, Studio) under `d
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from infocse.io import write_json, write_text
@@ -30,6 +31,9 @@ class LiveCurves:
         self.folder = Path(folder)
         self.points = {phase: {curve: [] for curve in CURVES} for phase in phases}
         self.summary: dict = {}
+        # DVC removes a stage's outputs before it runs it, a stage run by hand does not: a phase of
+        # an earlier run (e.g. an iteration dropped since) must not stay among these curves
+        shutil.rmtree(self.folder / "plots", ignore_errors=True)
         for phase in phases:
             self._write(phase)
 

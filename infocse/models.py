@@ -92,6 +92,12 @@ def encoding_precision(device, precision: str) -> str:
     return {None: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[encoding_dtype(device, precision)]
 
 
+def precisions(*ran: str) -> str:
+    """What several steps ran in, as one record: "fp32", or e.g. "bf16+fp32" where they differ
+    (scripts/compare_experiments.py compares runs only with runs of the same)."""
+    return "+".join(sorted({part for value in ran for part in value.split("+")}))
+
+
 def encode_batch_size(batch_size: int | None, device) -> int:
     """params `embed.batch_size` / `evaluate.batch_size`: a number as given; None ("auto"): a
     GPU-sized batch on CUDA, and on other devices the batch the pipeline always used (so CPU

@@ -81,10 +81,12 @@ def ran_precision(metrics: dict) -> str:
     """The precision a run's stages encoded and trained in, as their metrics record it: "fp32",
     "bf16", or e.g. "bf16+fp32" if its stages differed. Run files from before embed and evaluate
     recorded it have it from train.json alone (the stages resolve `auto` alike on one machine);
-    one with no record at all is "unrecorded", never assumed."""
-    found = {values.get(PRECISION) for name, values in metrics.items()
-             if name.startswith("metrics/iterations/") and isinstance(values, dict)}
-    return "+".join(sorted(found - {None})) or "unrecorded"
+    one with no record at all is "unrecorded", never assumed. Fine-tuning and InfoCSE++ rounds
+    record theirs beside the iterations' (older few-shot run files did not)."""
+    found = {part for name, values in metrics.items()
+             if name.startswith(("metrics/iterations/", "metrics/finetuned/")) and isinstance(values, dict)
+             and values.get(PRECISION) for part in values[PRECISION].split("+")}
+    return "+".join(sorted(found)) or "unrecorded"
 
 
 def evaluation_of(params: dict, metrics: dict) -> dict:

@@ -19,6 +19,10 @@
 # every other budget. Override with the environment:
 #
 #   BUDGETS="100 all" ROUNDS=2 SEEDS="0" CONTROL=0 bash scripts/queue_fewshot.sh neighbours manpages
+#
+# PRECISION=fp32 (or bf16) sets embed, evaluate, train and finetune precision instead of `auto` (bf16
+# on a CPU with bf16 units): the reports compare runs by the precision they ran in, so PRECISION=fp32
+# on such a CPU makes runs that join the fp32 tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 baseline="${1:?usage: queue_fewshot.sh BASELINE [corpus]}"
@@ -38,18 +42,25 @@ for value in "${budgets[@]}"; do
   [[ "$value" =~ ^([1-9][0-9]*|all)$ ]] || { echo "BUDGETS must be positive label counts or 'all', got '$value'" >&2; exit 2; }
 done
 [[ "$control" == 0 || "$control" == 1 ]] || { echo "CONTROL must be 0 or 1, got '$control'" >&2; exit 2; }
+precision_args=()
+case "${PRECISION:-auto}" in
+  auto) ;;
+  fp32|bf16) for section in embed evaluate train finetune; do precision_args+=(-S "$section.precision=$PRECISION"); done ;;
+  *) echo "PRECISION must be auto, fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
+esac
 epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"
 short="${corpus:0:3}"
 for labels in "${budgets[@]}"; do
   for seed in "${seeds[@]}"; do
     dvc exp run --queue --force -n "$short-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
-      -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds"
+      -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds" "${precision_args[@]}"
     dvc exp run --queue --force -n "$short-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
-      -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0
+      -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0 \
+      "${precision_args[@]}"
     if [[ "$control" == 1 && ( "$labels" == "${budgets[0]}" || "$labels" == "${budgets[-1]}" ) ]]; then
       for ((round = 2; round <= rounds; round++)); do
         dvc exp run --queue --force -n "$short-fewshot-$labels-e$((round * epochs))-s$seed" -S "corpus.source=$corpus" \
-          -S "seed=$seed" -S "finetune.labels=$labels" -S "finetune.epochs=$((round * epochs))"
+          -S "seed=$seed" -S "finetune.labels=$labels" -S "finetune.epochs=$((round * epochs))" "${precision_args[@]}"
       done
     fi
   done

@@ -38,7 +38,7 @@ def main() -> None:
     if active and config.engine.name == "ray":  # writes the output as it goes
         from infocse.engines.ray_embed import embed_with_ray
 
-        sentences = embed_with_ray(config, mining_model(config, t), paths.embeddings)
+        sentences, ran = embed_with_ray(config, mining_model(config, t), paths.embeddings)
         seconds = time.perf_counter() - started
     else:
         if active:
@@ -50,11 +50,11 @@ def main() -> None:
             embeddings = np.empty((0, 0), np.float32)
         seconds = time.perf_counter() - started
         save_numpy(embeddings, paths.embeddings)
-        sentences = len(embeddings)
+        sentences, ran = len(embeddings), None
     write_json(paths.metrics / "embed.json", {
         "iteration": t, "sentences": sentences, "seconds": seconds,
         "sentences_per_second": sentences / seconds if sentences else 0.0,
-        "precision": encoding_precision(resolve_device(config.device), config.embed.precision)})
+        "precision": ran or encoding_precision(resolve_device(config.device), config.embed.precision)})
 
 
 if __name__ == "__main__":

@@ -99,6 +99,11 @@ def test_the_precision_is_what_the_stages_recorded_and_never_assumed():
     mixed = {"metrics/iterations/iter-0/evaluate.json": {"precision": "fp32"},
              "metrics/iterations/iter-1/train.json": {"precision": "bf16"}}
     assert compare.ran_precision(mixed) == "bf16+fp32"
+    # fine-tuning in another precision than the self-supervised stages splits the run too
+    finetuned = {**legacy, "metrics/finetuned/f0.json": {"precision": "bf16"},
+                 "metrics/finetuned/round-2.json": {"precision": "bf16+fp32"}}
+    assert compare.ran_precision(finetuned) == "bf16+fp32"
+    assert compare.ran_precision({**legacy, "metrics/finetuned/f0.json": {"precision": "fp32"}}) == "fp32"
 
 
 def test_runs_in_other_precisions_are_never_pooled_deduped_or_paired_and_the_params_do_not_split_them():

@@ -28,6 +28,9 @@ def test_chain_runs_and_writes_metrics(built_project):
     ran = {name: json.loads((project / f"metrics/iterations/iter-1/{name}.json").read_text())["precision"]
            for name in ("embed", "evaluate", "train")}
     assert ran == dict.fromkeys(ran, "fp32"), ran
+    finetuned = {path.stem: json.loads(path.read_text()) for path in (project / "metrics/finetuned").glob("*.json")}
+    ran = {name: result["precision"] for name, result in finetuned.items() if not result.get("stopped")}
+    assert {"f0", "best"} <= set(ran) and ran == dict.fromkeys(ran, "fp32"), ran
     rows = report_rows((project / "reports/report.md").read_text())
     assert ["0", "seed"] in [row[:2] for row in rows] and ["1", "trained"] in [row[:2] for row in rows], rows
     assert (project / "reports/run_convergence.png").read_bytes()[:4] == b"\x89PNG"

@@ -41,6 +41,7 @@ def run_script(copy: Path, script: str, args: list[str], env: dict[str, str]) ->
     ("queue_fewshot.sh", ["neighbours"], {"BUDGETS": "100 0"}, "BUDGETS must be"),
     ("queue_fewshot.sh", ["neighbours"], {"BUDGETS": "100 some"}, "BUDGETS must be"),
     ("queue_fewshot.sh", ["neighbours"], {"CONTROL": "yes"}, "CONTROL must be 0 or 1"),
+    ("queue_fewshot.sh", ["neighbours"], {"PRECISION": "half"}, "PRECISION must be auto, fp32 or bf16"),
 ])
 def test_a_bad_setting_exits_2_naming_it_before_anything_is_queued(copy, script, args, env, message):
     result = run_script(copy, script, args, env)

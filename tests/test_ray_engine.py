@@ -22,6 +22,7 @@ from infocse.corpora.sentences import build_sentence_table
 from infocse.embedding import embed_sentences
 from infocse.engines.ray import import_ray, plan_partitions, read_rows, sentence_document_codes, take_rows
 from infocse.engines.ray_cluster import cluster_with_ray, mine_partition
+from infocse.engines.ray_embed import SentenceEncoder
 from infocse.errors import StageError
 from infocse.idc import cluster_sentences
 from infocse.io import save_numpy
@@ -155,6 +156,7 @@ def test_embed_and_cluster_stages_on_ray_match_local(ray_cluster, corpus, tiny_m
     assert embeddings.dtype == np.float32 and embeddings.shape == expected.shape
     np.testing.assert_allclose(embeddings, expected, atol=1e-5, rtol=0)
     assert not list(Path("data/iterations/iter-1").glob(".*"))  # the atomic write left nothing behind
+    assert json.loads(Path("metrics/iterations/iter-1/embed.json").read_text())["precision"] == "fp32"
     cluster.main()
     on_ray = pd.read_parquet("data/iterations/iter-1/pairs.parquet")
     assert json.loads(Path("metrics/iterations/iter-1/pairs.json").read_text())["partitions"] >= 5
@@ -164,6 +166,14 @@ def test_embed_and_cluster_stages_on_ray_match_local(ray_cluster, corpus, tiny_m
     cluster.main()
     pd.testing.assert_frame_equal(on_ray, pd.read_parquet("data/iterations/iter-1/pairs.parquet"))
     assert len(on_ray) > 0
+
+
+def test_each_actor_reports_the_precision_it_encoded_in(corpus, tiny_model_dir):
+    """The embed stage records what the actors ran in: their device can differ from the driver's."""
+    encoder = SentenceEncoder(str(tiny_model_dir), "cpu", 64, 8, str(corpus["sentences"]), precision="bf16")
+    batch = encoder({"start": np.array([0, 5]), "stop": np.array([3, 7])})
+    assert batch["row"].tolist() == [0, 1, 2, 5, 6]
+    assert batch["precision"].tolist() == ["bf16"] * 5
 
 
 @pytest.mark.parametrize("k, budget", [(1, CAPPED), (2, UNCAPPED)])

@@ -405,6 +405,14 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
         "learning_rate": pytest.approx(curves["learning_rate"]["learning_rate"].iloc[-1])}}
 
 
+def test_live_curves_keep_no_phase_of_an_earlier_run(tmp_path):
+    earlier = LiveCurves(tmp_path / "live", ("iteration-1", "iteration-2"))
+    earlier.log("iteration-2", 10, {"loss": 1.5})
+    LiveCurves(tmp_path / "live", ("iteration-1",))
+    assert sorted(p.name for p in (tmp_path / "live/plots/metrics").iterdir()) == ["iteration-1"]
+    assert json.loads((tmp_path / "live/metrics.json").read_text()) == {}
+
+
 def test_training_is_deterministic(tiny_model_dir, tmp_path):
     """Two runs from the same weights with the same seed end with identical weights (that moved)."""
     pairs, _ = tiny_pairs()

@@ -20,7 +20,7 @@ from infocse.engines.ray import (
 )
 from infocse.errors import StageError
 from infocse.io import atomic_output, save_numpy
-from infocse.models import load_model
+from infocse.models import encoding_precision, load_model, precisions
 from infocse.paths import SENTENCES
 
 
@@ -38,8 +38,10 @@ class SentenceEncoder:
         rows = np.concatenate([np.arange(a, b) for a, b in zip(batch["start"], batch["stop"])])
         texts = [text for a, b in zip(batch["start"], batch["stop"])
                  for text in read_rows(self.sentences_path, int(a), int(b), ["text"]).column("text").to_pylist()]
+        ran = encoding_precision(self.model.device, self.precision)  # the actor's device, not the driver's
         return {"row": rows, "embedding": embed_sentences(self.model, texts, self.batch_size, show_progress_bar=False,
-                                                          precision=self.precision)}
+                                                          precision=self.precision),
+                "precision": np.full(len(rows), ran)}
 
 
 def encoder_resources(ray, engine: EngineConfig, device: str | None) -> tuple[int, float]:
@@ -50,15 +52,16 @@ def encoder_resources(ray, engine: EngineConfig, device: str | None) -> tuple[in
 
 
 def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
-                   sentences_path: Path | str = SENTENCES) -> int:
+                   sentences_path: Path | str = SENTENCES) -> tuple[int, str | None]:
     """Write the local engine's embeddings.npy (same rows, same order) from a pool of model actors,
-    filling the output file partition by partition as results arrive; returns the sentence count."""
+    filling the output file partition by partition as results arrive; returns the sentence count
+    and the precision the actors encoded in (None without sentences)."""
     engine = config.engine
     doc_codes = sentence_document_codes(sentences_path)
     bounds = plan_partitions(doc_codes, engine.partition_sentences)
     if len(doc_codes) == 0:
         save_numpy(np.empty((0, 0), np.float32), dest)
-        return 0
+        return 0, None
     with ray_session(engine) as ray:
         actors, gpus = encoder_resources(ray, engine, config.device)
         encoder_args = {"model_path": str(Path(model_path).resolve()), "device": config.device,
@@ -68,7 +71,7 @@ def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
                                   compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus,
                                   max_restarts=RETRIES, max_task_retries=RETRIES)
         with atomic_output(dest) as tmp:
-            output, written = None, np.zeros(len(doc_codes), bool)
+            output, written, ran = None, np.zeros(len(doc_codes), bool), set()
             for batch in embedded.iter_batches(batch_size=None, batch_format="numpy"):
                 if output is None:
                     output = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
@@ -77,8 +80,9 @@ def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
                     raise StageError("the ray engine returned a sentence twice")
                 output[batch["row"]] = batch["embedding"]
                 written[batch["row"]] = True
+                ran.update(batch["precision"].tolist())
             if not written.all():
                 raise StageError(f"the ray engine lost {int((~written).sum())} sentence(s)")
             output.flush()
             del output
-    return len(doc_codes)
+    return len(doc_codes), precisions(*ran)
