@@ -33,7 +33,9 @@ from pathlib import Path
 BUNDLE = Path("gpu-bundle")
 SIZE_LIMIT = 64 * 2**20
 # The trainer's extra: datasets and what it needs beyond torch / transformers / pandas / pyarrow.
-BUNDLED = ("datasets", "dill", "multiprocess", "xxhash", "fsspec", "accelerate", "psutil")
+BUNDLED = ("datasets", "dill", "multiprocess", "xxhash", "fsspec", "accelerate", "psutil", "sentence-transformers")
+# Installed from the bundle even where the machine has another version: the code under test pins it.
+EXACT = ("sentence-transformers",)
 PYTHON_VERSIONS = ("3.10", "3.11", "3.12", "3.13")
 PLATFORMS = ("manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64")
 SEED_MODEL = "all-MiniLM-L6-v2"
@@ -110,12 +112,16 @@ def build(dest: Path, corpus: Path | None, python_versions: tuple[str, ...]) -> 
 
 
 # ---------------------------------------------------------------- on the GPU machine
-def missing(names: tuple[str, ...] = BUNDLED) -> list[str]:
+def missing(names: tuple[str, ...] = BUNDLED, wheels: Path | None = None) -> list[str]:
+    """Bundled distributions absent here, and those of EXACT whose version differs from the bundled wheel's."""
     found = []
     for name in names:
         try:
-            importlib.metadata.version(name)
+            version = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
+            found.append(name)
+            continue
+        if wheels is not None and name in EXACT and pinned_in(wheels, name) not in (name, f"{name}=={version}"):
             found.append(name)
     return found
 
@@ -130,7 +136,7 @@ def activate(bundle: Path = BUNDLE) -> list[str]:
     if site.is_dir() and str(site) not in sys.path:
         sys.path.insert(0, str(site))
         importlib.invalidate_caches()
-    absent = missing()
+    absent = missing(wheels=wheels if wheels.is_dir() else None)
     if absent and wheels.is_dir():
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
                         "--find-links", str(wheels), "--target", str(site), *[pinned_in(wheels, n) for n in absent]],
@@ -140,7 +146,7 @@ def activate(bundle: Path = BUNDLE) -> list[str]:
         importlib.invalidate_caches()
     if site.is_dir():
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    return sorted(set(absent) - set(missing())) if absent else []
+    return sorted(set(absent) - set(missing(wheels=wheels if wheels.is_dir() else None))) if absent else []
 
 
 def pinned_in(wheels: Path, name: str) -> str:

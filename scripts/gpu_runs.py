@@ -1,0 +1,359 @@
+"""Run a plan of pipeline runs on a CUDA machine that has torch but no DVC and no network, and turn
+what comes back into run files (`results/runs/<name>.json`), as `export_runs` does for `dvc exp`.
+
+    python -m scripts.gpu_runs plan [--set table1] [--corpora bbc manpages] [--seeds 0 1 2]   # here
+    python -m scripts.gpu_runs run [--workers 5] [--deadline SECONDS]                          # there
+    python -m scripts.gpu_runs import RESULTS.jsonl ...                                        # here
+
+`plan` (after `python -m scripts.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
+with its full params and the stage commands `dvc repro --dry --force select` lists for them (DVC's own
+order and templating), and `corpora/<corpus>/`: the prepare stage's outputs, `documents.parquet` at
+the first seed and the label split of every other seed (`splits.parquet`), so that three seeds of
+both corpora fit the bundle. Every run is fp32 (embed, evaluate, train) on `cuda`, and starts from
+the bundle's seed model: all-MiniLM-L6-v2 with fp16-rounded weights, upcast to fp32 and saved there
+once as the folder `all-MiniLM-L6-v2-fp16`, which is the runs' `seed_model`. The reports therefore
+never pool these runs with runs from the published weights (`seed_model` is part of a run's
+evaluation): they form their own group, each run paired with its own seed-model row.
+
+`run` executes the plan there: N worker processes take runs in plan order; each run gets its own
+folder (params.yaml, the prepared corpus, metrics/corpus.json) and calls every stage module in
+process, in the listed order. After each run a worker appends one JSON line to
+`$RESULTS_DIR/runs.jsonl`: params, every metrics file, stage seconds, the md5 of each code file
+it ran, and the versions of torch, transformers and sentence-transformers. A run that fails is
+recorded with its error; a run cut off by the deadline is not recorded.
+
+`import` writes one run file per finished run (source "gpu stage runner"): `commit` is the commit
+the plan was made at, and `uncommitted_code` lists the code files whose md5 there differed from
+that commit's. Existing run files are never replaced with other content (as `export_runs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import fnmatch
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import runpy
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import yaml
+
+BUNDLE = Path("gpu-bundle")
+SEED_MODEL_FOLDER = "all-MiniLM-L6-v2-fp16"
+CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
+BASELINES = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
+FP32 = {"embed.precision": "fp32", "evaluate.precision": "fp32", "train.precision": "fp32"}
+SOURCE = "gpu stage runner"
+
+
+def set_dotted(params: dict, dotted: str, value) -> None:
+    keys = dotted.split(".")
+    node = params
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = value
+
+
+def code_md5(root: Path) -> dict[str, str]:
+    files = sorted({p for pattern in CODE_GLOBS for p in root.glob(pattern) if p.is_file()})
+    return {str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest() for p in files}
+
+
+# ------------------------------------------------------------------------------------------ plan (here)
+
+
+def table1_runs(corpora: list[str], seeds: list[int]) -> list[dict]:
+    """The seed model + InfoCSE, and one round of each baseline, per corpus and seed (queue_comparison's `main`)."""
+    runs = []
+    for corpus in corpora:
+        short = corpus[:3]
+        for seed in seeds:
+            common = {"corpus.source": corpus, "seed": seed}
+            runs.append({"name": f"{short}-infocse-gpu-s{seed}", "overrides": common})
+            for method in BASELINES:
+                runs.append({"name": f"{short}-{method}-gpu-s{seed}",
+                             "overrides": {**common, "init.method": method, "loop.max_iterations": 0}})
+    return runs
+
+
+def stage_commands(params: dict) -> list[str]:
+    """The commands `dvc repro --dry --force select` runs for these params, in its order (prepare excluded)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
+        Path(scratch, "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+        subprocess.run(["git", "init", "-q"], cwd=scratch, check=True)
+        out = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", "select"], cwd=scratch,
+                             capture_output=True, text=True, check=True).stdout
+    commands = [line[2:] for line in out.splitlines() if line.startswith("> ")]
+    if not commands or not all(c.startswith("python -m stages.") for c in commands):
+        raise SystemExit(f"unexpected stage commands from dvc: {commands}")
+    return [c for c in commands if c != "python -m stages.prepare"]
+
+
+def prepare_corpora(params_by_run: list[dict], dest: Path) -> None:
+    """The prepare stage's outputs per corpus: documents at the first seed, every seed's split."""
+    import pandas as pd
+
+    from infocse.config import parse_config
+    from infocse.corpora.build import prepare_corpus
+
+    seeds_of: dict[str, list[int]] = {}
+    for params in params_by_run:
+        seeds_of.setdefault(params["corpus"]["source"], [])
+        if params["seed"] not in seeds_of[params["corpus"]["source"]]:
+            seeds_of[params["corpus"]["source"]].append(params["seed"])
+    for corpus, seeds in seeds_of.items():
+        folder = dest / corpus
+        folder.mkdir(parents=True)
+        splits = {}
+        for seed in seeds:
+            params = next(p for p in params_by_run if p["corpus"]["source"] == corpus and p["seed"] == seed)
+            documents, sentences, stats = prepare_corpus(parse_config(params))
+            documents, sentences = documents.reset_index(drop=True), sentences.reset_index(drop=True)
+            if seed == seeds[0]:
+                documents.to_parquet(folder / "documents.parquet", index=False)
+                sentences.to_parquet(folder / "sentences.parquet", index=False)
+                (folder / "corpus.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
+                first = documents
+            else:  # only the split depends on the seed: check it, keep the split alone
+                if not first.drop(columns="split").equals(documents.drop(columns="split")):
+                    raise SystemExit(f"{corpus}: documents differ between seeds in more than the split")
+                if not sentences.equals(pd.read_parquet(folder / "sentences.parquet")):
+                    raise SystemExit(f"{corpus}: sentences differ between seeds")
+            splits[f"s{seed}"] = documents["split"].to_numpy()
+        pd.DataFrame(splits).to_parquet(folder / "splits.parquet", index=False)
+
+
+def plan(args: argparse.Namespace) -> None:
+    if not (BUNDLE / "model").is_dir():
+        raise SystemExit(f"{BUNDLE}/model is missing: build the bundle first (python -m scripts.gpu_bundle)")
+    base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
+    entries = []
+    runs = [r for r in table1_runs(args.corpora, args.seeds) if fnmatch.fnmatchcase(r["name"], args.match)]
+    for run in runs:
+        params = copy.deepcopy(base)
+        smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
+        for key, value in {**run["overrides"], **FP32, **smoke, "device": args.device,
+                           "seed_model": SEED_MODEL_FOLDER}.items():
+            set_dotted(params, key, value)
+        entries.append({"name": run["name"], "params": params, "commands": stage_commands(params)})
+        print(f"planned {run['name']}: {len(entries[-1]['commands'])} stages")
+    shutil.rmtree(BUNDLE / "corpora", ignore_errors=True)
+    prepare_corpora([e["params"] for e in entries], BUNDLE / "corpora")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "stages", "infocse", "dvc.yaml"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if dirty:
+        print(f"note: the code differs from {commit[:7]}; import will list what differed:\n{dirty}")
+    (BUNDLE / "plan.json").write_text(json.dumps({"commit": commit, "code_md5": code_md5(Path(".")),
+                                                  "runs": entries}, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in BUNDLE.rglob("*") if p.is_file())
+    print(f"{BUNDLE}/plan.json: {len(entries)} runs; bundle {size / 2**20:.1f} MiB")
+
+
+# ------------------------------------------------------------------------------------------ run (there)
+
+
+def fp32_seed_model(bundle: Path, dest: Path) -> None:
+    """The bundle's fp16 weights upcast to fp32 and saved once (stages load the stored dtype)."""
+    if (dest / "modules.json").exists():
+        return
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(bundle / "model"), device="cpu").float()
+    tmp = dest.with_name(dest.name + ".tmp")
+    model.save(str(tmp), create_model_card=False)
+    tmp.rename(dest)
+
+
+def setup_run(entry: dict, bundle: Path, work: Path, model: Path) -> None:
+    import pandas as pd
+
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "data/corpus").mkdir(parents=True)
+    (work / "metrics").mkdir()
+    corpus = bundle / "corpora" / entry["params"]["corpus"]["source"]
+    documents = pd.read_parquet(corpus / "documents.parquet")
+    documents["split"] = pd.read_parquet(corpus / "splits.parquet")[f"s{entry['params']['seed']}"].to_numpy()
+    documents.to_parquet(work / "data/corpus/documents.parquet", index=False)
+    shutil.copy(corpus / "sentences.parquet", work / "data/corpus/sentences.parquet")
+    shutil.copy(corpus / "corpus.json", work / "metrics/corpus.json")
+    (work / SEED_MODEL_FOLDER).symlink_to(model)
+    (work / "params.yaml").write_text(yaml.safe_dump(entry["params"], sort_keys=False), encoding="utf-8")
+
+
+def run_stage_module(command: str) -> None:
+    """`python -m stages.X ARGS` in this process; a nonzero exit is an error."""
+    words = shlex.split(command)
+    module, argv = words[2], words[3:]
+    saved = sys.argv
+    sys.argv = [module, *argv]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        if stop.code not in (None, 0):
+            raise RuntimeError(f"{command} exited with {stop.code}") from None
+    finally:
+        sys.argv = saved
+
+
+def versions() -> dict:
+    import importlib.metadata
+
+    import torch
+
+    found = {name: importlib.metadata.version(name) for name in ("torch", "transformers", "sentence-transformers")}
+    found["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return found
+
+
+def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float) -> None:
+    repo = Path.cwd()
+    sys.path.insert(0, str(repo))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
+    entries = json.loads((bundle / "plan.json").read_text())["runs"]
+    claims = runs_dir / "claims"
+    model = runs_dir / SEED_MODEL_FOLDER
+    code = code_md5(repo)
+    found = versions()
+    for number, entry in enumerate(entries):
+        try:
+            os.close(os.open(claims / f"{number:04d}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        if time.time() > deadline:
+            print(f"w{index}: deadline reached before {entry['name']}", flush=True)
+            return
+        work = (runs_dir / entry["name"]).resolve()
+        record = {"name": entry["name"], "params": entry["params"], "code_md5": code, "versions": found}
+        started = time.time()
+        seconds = {}
+        try:
+            setup_run(entry, bundle, work, model.resolve())
+            os.chdir(work)
+            for command in entry["commands"]:
+                t0 = time.perf_counter()
+                run_stage_module(command)
+                seconds[command.split()[2].split(".")[1] + "".join(f" {a}" for a in command.split()[3:])] = \
+                    round(time.perf_counter() - t0, 2)
+            record["metrics"] = {str(p): json.loads(p.read_text()) for p in sorted(Path("metrics").rglob("*.json"))}
+        except Exception as error:
+            traceback.print_exc()
+            record["error"] = f"{type(error).__name__}: {error}"
+        finally:
+            os.chdir(repo)
+            shutil.rmtree(work / "models", ignore_errors=True)
+        record["stage_seconds"] = seconds
+        record["wall_seconds"] = round(time.time() - started, 1)
+        record["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        with open(out / "runs.jsonl", "a", encoding="utf-8") as sink:  # one file: few files come back
+            fcntl.flock(sink, fcntl.LOCK_EX)
+            sink.write(json.dumps(record, sort_keys=True) + "\n")
+            sink.flush()
+            fcntl.flock(sink, fcntl.LOCK_UN)
+        best = (record.get("metrics") or {}).get("metrics/best.json", {})
+        print(f"w{index}: {entry['name']} {'FAILED ' + record['error'] if 'error' in record else 'done'} "
+              f"in {record['wall_seconds']:.0f}s; test R@1 {best.get('test', {}).get('recall@1')}", flush=True)
+
+
+def run(args: argparse.Namespace) -> None:
+    from scripts.gpu_bundle import activate
+
+    taken = activate(args.bundle)
+    print(f"from the bundle: {taken or 'nothing'}", flush=True)
+    if args.worker is not None:
+        worker(args.worker, args.bundle, args.runs_dir, args.out, args.deadline)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.runs_dir, ignore_errors=True)
+    (args.runs_dir / "claims").mkdir(parents=True)
+    fp32_seed_model(args.bundle, args.runs_dir / SEED_MODEL_FOLDER)
+    deadline = time.time() + args.deadline_seconds
+    threads = str(max(1, (os.cpu_count() or 2) // args.workers))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    procs = [subprocess.Popen([sys.executable, "-m", "scripts.gpu_runs", "run", "--worker", str(i),
+                               "--bundle", str(args.bundle), "--runs-dir", str(args.runs_dir), "--out", str(args.out),
+                               "--deadline", str(deadline)], env=env) for i in range(args.workers)]
+    codes = [p.wait() for p in procs]
+    print(f"workers exited {codes}", flush=True)
+
+
+# ------------------------------------------------------------------------------------------ import (here)
+
+
+def import_runs(args: argparse.Namespace) -> int:
+    from scripts.export_runs import RUNS_DIR, changed_params, params_at, write_run
+
+    plan_info = json.loads((args.bundle / "plan.json").read_text())
+    commit = plan_info["commit"]
+    at_commit = {}
+    for path in plan_info["code_md5"]:
+        blob = subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True)
+        at_commit[path] = hashlib.md5(blob.stdout).hexdigest() if blob.returncode == 0 else None
+    defaults = params_at(commit)
+    refused = 0
+    for results in args.results:
+        for line in Path(results).read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            if "error" in record or "metrics/best.json" not in (record.get("metrics") or {}):
+                print(f"skipped {record['name']}: {record.get('error', 'no metrics/best.json')}")
+                continue
+            ran = record["code_md5"]
+            differs = sorted(p for p in set(ran) | set(at_commit) if ran.get(p) != at_commit.get(p))
+            run = {"name": record["name"], "source": SOURCE, "commit": commit, "experiment": None,
+                   "ran_at": record["finished_at"], "params": record["params"],
+                   "params_changed": changed_params(record["params"], defaults), "metrics": record["metrics"],
+                   "uncommitted_code": differs, "versions": record["versions"],
+                   "stage_seconds": record["stage_seconds"]}
+            message = write_run(run, args.runs_dir or RUNS_DIR, args.force)
+            refused += message.startswith("REFUSED")
+            print(message)
+    return 1 if refused else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan")
+    p.add_argument("--corpora", nargs="+", default=["bbc", "manpages"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--match", default="*", help="only runs whose name matches this glob")
+    p.add_argument("--device", default="cuda", help="params `device` of every run (cpu: a smoke test here)")
+    p.add_argument("--max-documents", type=int, default=None, help="params `corpus.max_documents` (a smoke test)")
+    r = sub.add_parser("run")
+    r.add_argument("--workers", type=int, default=5)
+    r.add_argument("--deadline-seconds", type=float, default=3600, help="no run starts after this many seconds")
+    r.add_argument("--bundle", type=Path, default=BUNDLE)
+    r.add_argument("--runs-dir", type=Path, default=Path("gpu-runs"))
+    r.add_argument("--out", type=Path, default=Path(os.environ.get("RESULTS_DIR", "gpu-results")))
+    r.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    r.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    i = sub.add_parser("import")
+    i.add_argument("results", nargs="+")
+    i.add_argument("--bundle", type=Path, default=BUNDLE)
+    i.add_argument("--runs-dir", type=Path, default=None)
+    i.add_argument("--force", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        plan(args)
+    elif args.command == "run":
+        run(args)
+    else:
+        return import_runs(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
