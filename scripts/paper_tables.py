@@ -10,8 +10,9 @@ as they do: runs are pooled only within one corpus, evaluation protocol and sett
 param), so runs of older code, whose params differ, never mix with newer ones.
 
 The paper's tables hold the pair budget and the loop fixed (TABLE_DEFAULTS, the CPU defaults of
-params.yaml). Per corpus (and per mix of topics) a table uses one group of runs at those defaults,
-the newest; older groups at the same defaults are listed, never pooled. A study varies its own
+params.yaml). Per corpus (and per mix of topics) a table uses one group of runs at those defaults:
+the newest of the seed model's published weights, unless the newest of its fp16-rounded weights (GPU
+runs) covers more of Table 1; the other groups are listed, never pooled. A study varies its own
 params from that group: the convergence runs their iterations and patience, the InfoCSE++ control
 its fine-tuning epochs. Every cell shows its n; a cell without runs says "not run".
 
@@ -48,6 +49,10 @@ PLOT = Path("reports/paper_tables.png")
 # in reports/precision.md, and GPU runs (`auto`: "bf16+fp16") are in reports/comparison.md alone.
 TABLE_DEFAULTS = {"seed_model": "all-MiniLM-L6-v2", "budget.max_pairs": 2560, "budget.max_pairs_per_document": 20,
                   "iterations": 2, "loop.patience": 1, "finetune.epochs": 3, "precision": "fp32"}
+# The seed model's published weights, and the same rounded to fp16 (and upcast to fp32), which GPU runs start
+# from (scripts/gpu_runs.py: the published weights do not fit its bundle). Runs of the two are never pooled;
+# a corpus's tables use one group, preferring the published weights where both cover Table 1 alike.
+SEED_MODEL_WEIGHTS = (TABLE_DEFAULTS["seed_model"], "all-MiniLM-L6-v2-fp16")
 CONVERGENCE_KEYS = ("iterations", "loop.patience")
 CONTROL_KEYS = ("finetune.epochs",)
 LARGER_MODEL = "all-mpnet-base-v2"  # the model a user would pick instead: 5x larger, used as it is
@@ -165,7 +170,8 @@ def group_params(key: tuple, items: list[dict]) -> dict:
 
 
 def at_defaults(params: dict) -> bool:
-    return all(params.get(name, value) == value for name, value in TABLE_DEFAULTS.items())
+    return (params.get("seed_model", TABLE_DEFAULTS["seed_model"]) in SEED_MODEL_WEIGHTS
+            and all(params.get(name, value) == value for name, value in TABLE_DEFAULTS.items() if name != "seed_model"))
 
 
 def variant_of(key: tuple) -> tuple:
@@ -181,15 +187,30 @@ def variant_name(variant: tuple) -> str:
     return name if sources == 1 else f"{name}, mixed: {sources} sources, {order}"
 
 
+def table1_coverage(items: list[dict]) -> int:
+    """(method, seed) cells of Table 1 a group holds, up to the planned seeds 0-2 of every method."""
+    planned = {(method, seed) for method in (SEED_MODEL, *BASELINES, REFERENCE) for seed in (0, 1, 2)}
+    return len({(item.get("method"), item.get("seed")) for item in items} & planned)
+
+
 def newest_groups(groups: dict[tuple, list[dict]], eligible) -> tuple[dict, dict]:
-    """Per corpus variant, the group the tables use: the newest (by its latest run) of the eligible
-    groups at TABLE_DEFAULTS; and, per variant, the older ones, left out rather than pooled."""
+    """Per corpus variant, the group the tables use, of the eligible groups at TABLE_DEFAULTS: the newest
+    (by its latest run) of the seed model's published weights, unless the newest of its fp16-rounded
+    weights (GPU runs) covers more of Table 1; and, per variant, the others, left out rather than pooled."""
     candidates = {}
     for key, items in groups.items():
         if eligible(items) and at_defaults(group_params(key, items)):
             candidates.setdefault(variant_of(key), []).append(key)
     newest = lambda key: (max(item["ran_at"] for item in groups[key]), key)  # noqa: E731
-    chosen = {variant: max(keys, key=newest) for variant, keys in candidates.items()}
+    chosen = {}
+    for variant, keys in candidates.items():
+        by_weights = {}
+        for key in keys:
+            by_weights.setdefault(json.loads(key[1]).get("seed_model", TABLE_DEFAULTS["seed_model"]), []).append(key)
+        published, rounded = (max(by_weights.get(w, []), key=newest, default=None) for w in SEED_MODEL_WEIGHTS)
+        use_rounded = rounded and (published is None or
+                                   table1_coverage(groups[rounded]) > table1_coverage(groups[published]))
+        chosen[variant] = rounded if use_rounded else published
     older = {variant: sorted(set(keys) - {chosen[variant]}, key=newest, reverse=True)
              for variant, keys in candidates.items()}
     return chosen, older
@@ -283,7 +304,7 @@ def mixed_table(zero_groups: dict, chosen: dict, runs_by_name: dict) -> str:
     variants = [v for v in chosen if v[1] > 1]
     variants = [*PLANNED_MIXES, *sorted(v for v in variants if v not in PLANNED_MIXES)]
     groups = {variant: zero_groups[chosen[variant]] if variant in chosen else [] for variant in variants}
-    unmixed = {variant: zero_groups[chosen[(variant[0], 1, None)]] if (variant[0], 1, None) in chosen else []
+    unmixed = {variant: unmixed_counterpart(zero_groups, chosen[variant]) if variant in chosen else []
                for variant in variants}
     precisions = {(variant, row["run"], row["method"], field): round_precisions(row, runs_by_name, field)
                   for variant, group in groups.items() for row in group for field in PRECISIONS}
@@ -309,6 +330,13 @@ def mixed_table(zero_groups: dict, chosen: dict, runs_by_name: dict) -> str:
                 *(mean_sd([share[r] for share in field_shares if len(share) > r])
                   for field_shares in shares for r in range(rounds))])
     return markdown_table(pd.DataFrame(records, columns=columns))
+
+
+def unmixed_counterpart(zero_groups: dict, key: tuple) -> list[dict]:
+    """The rows of the unmixed corpus that a mixed group is paired with: the same evaluation but the mix
+    (so the same seed model, splits and test queries), at the same setting; none if not run."""
+    evaluation = {**json.loads(key[1]), "corpus.mix.sources": 1, "corpus.mix.order": "interleaved"}
+    return zero_groups.get((key[0], canonical(evaluation), key[2]), [])
 
 
 def larger_model_rows(rows: list[dict], key: tuple) -> list[dict]:
@@ -454,16 +482,18 @@ def claim(text: str, corpus: str, parts: list[tuple[str, dict]], kind: str = BEA
 
 
 def zero_shot_claims(variant: tuple, group: list[dict], mixed: dict[tuple, list[dict]],
-                     larger: list[dict]) -> list[dict]:
+                     unmixed: dict[tuple, list[dict]], larger: list[dict]) -> list[dict]:
     """The diverse-topics claims read the interleaved mixes only, where neighbouring sentences come from
-    different sources; in a concatenated mix they mostly do not, so it is a control, shown in its table."""
+    different sources; in a concatenated mix they mostly do not, so it is a control, shown in its table.
+    Each mix is compared with its own unmixed counterpart (`unmixed`: same seed model and splits)."""
     name = variant_name(variant)
-    infocse, neighbours = of(group, REFERENCE), of(group, NEIGHBOURS)
+    infocse = of(group, REFERENCE)
     diverse = {v: rows for v, rows in mixed.items() if v[0] == variant[0] and v[2] == "interleaved"}
     mixed_parts = [(f"InfoCSE − {NEIGHBOURS}, {variant_name(v)}", paired(of(rows, REFERENCE), of(rows, NEIGHBOURS)))
                    for v, rows in diverse.items()]
     cost_parts = [(f"(InfoCSE − {NEIGHBOURS}) on {variant_name(v)} minus on {name}",
-                   gap_change(of(rows, REFERENCE), of(rows, NEIGHBOURS), infocse, neighbours))
+                   gap_change(of(rows, REFERENCE), of(rows, NEIGHBOURS), of(unmixed[v], REFERENCE),
+                              of(unmixed[v], NEIGHBOURS)))
                   for v, rows in diverse.items()]
     return [
         claim("InfoCSE beats every baseline zero-shot", name,
@@ -567,9 +597,12 @@ INTRO = [
     f"{TABLE_DEFAULTS['budget.max_pairs_per_document']} per document), {TABLE_DEFAULTS['iterations']} iterations, "
     f"loop patience {TABLE_DEFAULTS['loop.patience']}, fine-tuning {TABLE_DEFAULTS['finetune.epochs']} epochs, "
     f"run in {TABLE_DEFAULTS['precision']} (CPU runs in bf16 are set beside these in reports/precision.md; "
-    "GPU runs are in reports/comparison.md). "
-    "Per corpus a table uses one group of runs that share every other param too: the newest such group; older "
-    "ones are listed at the end, never pooled (runs of older code have other params). A study varies only its own "
+    "GPU runs in mixed precision are in reports/comparison.md). "
+    f"GPU runs in fp32 (scripts/gpu_runs.py) start from the seed model's weights rounded to fp16, "
+    f"{SEED_MODEL_WEIGHTS[1]}: they are a group of their own, never pooled with runs of the published weights. "
+    "Per corpus a table uses one group of runs that share every other param too: the newest such group of the "
+    "published weights, unless the newest of the fp16-rounded ones covers more of Table 1 (methods x seeds 0-2); "
+    "the others are listed at the end, never pooled (runs of older code have other params). A study varies only its own "
     "params: the convergence runs their iterations and patience, the InfoCSE++ control its fine-tuning epochs.",
     "- n (seeds): runs, one per seed; each seed is its own label split and training seed. Scores: mean ± sample "
     "standard deviation over the runs. A cell without runs says not run.",
@@ -594,12 +627,16 @@ RULES = [
 ]
 
 
-def sources(label: str, chosen: dict, older: dict, groups: dict, commit_of: dict, variants: list[tuple]) -> list[str]:
-    """Which runs a table rests on, per corpus, and the older groups at the same defaults left out."""
+def sources(label: str, chosen: dict, older: dict, groups: dict, runs_by_name: dict, variants: list[tuple]) -> list[str]:
+    """Which runs a table rests on, per corpus (their commits, seed model and how they ran), and the
+    other groups at the same defaults, left out."""
     def described(key: tuple) -> str:
         names = sorted({item["run"] for item in groups[key]})
-        commits = sorted({commit_of[name] for name in names if commit_of[name]})
-        return f"{len(names)} run(s) at commit(s) {', '.join(commits) or '–'}"
+        commits = sorted({(runs_by_name[name].get("commit") or "")[:7] for name in names} - {""})
+        ran_by = sorted({runs_by_name[name].get("source") or "unrecorded" for name in names})
+        seed_model = json.loads(key[1]).get("seed_model", TABLE_DEFAULTS["seed_model"])
+        return (f"{len(names)} run(s) at commit(s) {', '.join(commits) or '–'} (seed model {seed_model}; "
+                f"{', '.join(ran_by)})")
 
     lines = []
     for variant in variants:
@@ -608,7 +645,7 @@ def sources(label: str, chosen: dict, older: dict, groups: dict, commit_of: dict
             continue
         line = f"- {label}, {variant_name(variant)}: {described(chosen[variant])}"
         if older[variant]:
-            line += "; left out, older groups at the same defaults: " + "; ".join(map(described, older[variant]))
+            line += "; left out, other groups at the same defaults: " + "; ".join(map(described, older[variant]))
         lines.append(line + ".")
     return lines
 
@@ -617,7 +654,6 @@ def render(runs: list[dict]) -> str:
     rows = zero_shot.collect(runs)[0]
     cells = few_shot.collect(runs)[0]
     runs_by_name = {run["name"]: run for run in runs}
-    commit_of = {run["name"]: (run.get("commit") or "")[:7] for run in runs}
     zero_groups, fewshot_groups = grouped(rows), grouped(cells)
     chosen, older = newest_groups(zero_groups, lambda items: any(r["method"] != SEED_MODEL for r in items))
     chosen_fs, older_fs = newest_groups(fewshot_groups, lambda items: True)
@@ -626,6 +662,7 @@ def render(runs: list[dict]) -> str:
     unmixed_fs = shown_variants(chosen_fs, mixed=False)
     group_of = {variant: zero_groups[chosen[variant]] if variant in chosen else [] for variant in unmixed}
     mixed = {variant: zero_groups[key] for variant, key in sorted(chosen.items()) if variant[1] > 1}
+    unmixed_of = {variant: unmixed_counterpart(zero_groups, chosen[variant]) for variant in mixed}
 
     claims = []
     for variant in unmixed:
@@ -634,7 +671,7 @@ def render(runs: list[dict]) -> str:
         convergence = (iteration_items(of(zero_groups[convergence_keys[-1]], REFERENCE), runs_by_name)
                        if convergence_keys else {})
         larger = larger_model_rows(rows, chosen[variant]) if variant in chosen else []
-        claims += zero_shot_claims(variant, group_of[variant], mixed, larger)
+        claims += zero_shot_claims(variant, group_of[variant], mixed, unmixed_of, larger)
         claims += fewshot_claims(variant, fewshot_groups, chosen_fs.get(variant))
         claims += study_claims(variant, group_of[variant], convergence)
     order = {text: i for i, text in enumerate(dict.fromkeys(item["claim"] for item in claims))}
@@ -690,9 +727,9 @@ def render(runs: list[dict]) -> str:
         table3_convergence(zero_groups, chosen, runs_by_name), "",
         "## The paper's claims", "", *RULES, "", claims_table(claims), "",
         "## Where the numbers come from", "",
-        *sources("Zero-shot (Table 1, Table 3 studies)", chosen, older, zero_groups, commit_of,
+        *sources("Zero-shot (Table 1, Table 3 studies)", chosen, older, zero_groups, runs_by_name,
                  shown_variants(chosen, mixed=True)),
-        *sources("Few-shot (Table 2, InfoCSE++)", chosen_fs, older_fs, fewshot_groups, commit_of, unmixed_fs), "",
+        *sources("Few-shot (Table 2, InfoCSE++)", chosen_fs, older_fs, fewshot_groups, runs_by_name, unmixed_fs), "",
     ]
     return "\n".join(lines)
 
