@@ -1,15 +1,15 @@
 """Run a plan of pipeline runs on a CUDA machine that has torch but no DVC and no network, and turn
 what comes back into run files (`results/runs/<name>.json`), as `export_runs` does for `dvc exp`.
 
-    python -m scripts.gpu_runs plan [--set table1] [--corpora bbc manpages] [--seeds 0 1 2]   # here
+    python -m scripts.gpu_runs plan [--set table1|studies] [--corpora bbc manpages] [--seeds 0 1 2]   # here
     python -m scripts.gpu_runs run [--workers 5] [--deadline SECONDS]                          # there
     python -m scripts.gpu_runs import RESULTS.jsonl ...                                        # here
 
 `plan` (after `python -m scripts.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
-with its full params and the stage commands `dvc repro --dry --force select` lists for them (DVC's own
-order and templating), and `corpora/<corpus>/`: the prepare stage's outputs, `documents.parquet` at
+with its full params and the stage commands `dvc repro --dry --force select` (few-shot runs:
+`select_plusplus`) lists for them (DVC's own order and templating), and `corpora/<corpus>/`: the prepare stage's outputs, `documents.parquet` at
 the first seed and the label split of every other seed (`splits.parquet`), so that three seeds of
-both corpora fit the bundle. Every run is fp32 (embed, evaluate, train) on `cuda`, and starts from
+both corpora fit the bundle. Every run is fp32 (embed, evaluate, train, finetune) on `cuda`, and starts from
 the bundle's seed model: all-MiniLM-L6-v2 with fp16-rounded weights, upcast to fp32 and saved there
 once as the folder `all-MiniLM-L6-v2-fp16`, which is the runs' `seed_model`. The reports therefore
 never pool these runs with runs from the published weights (`seed_model` is part of a run's
@@ -53,7 +53,7 @@ BUNDLE = Path("gpu-bundle")
 SEED_MODEL_FOLDER = "all-MiniLM-L6-v2-fp16"
 CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
 BASELINES = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
-FP32 = {"embed.precision": "fp32", "evaluate.precision": "fp32", "train.precision": "fp32"}
+FP32 = {"embed.precision": "fp32", "evaluate.precision": "fp32", "train.precision": "fp32", "finetune.precision": "fp32"}
 SOURCE = "gpu stage runner"
 
 
@@ -87,13 +87,45 @@ def table1_runs(corpora: list[str], seeds: list[int]) -> list[dict]:
     return runs
 
 
-def stage_commands(params: dict) -> list[str]:
-    """The commands `dvc repro --dry --force select` runs for these params, in its order (prepare excluded)."""
+def studies_runs(corpora: list[str], seeds: list[int], baseline: str = "text_shuffle_cutoff") -> list[dict]:
+    """Table 2 (few-shot: the seed model and InfoCSE, and one baseline, each fine-tuned at 100, 300 and
+    all labels) and Table 3's zero-shot studies (InfoCSE from each initialization, K-means IDC, K = 2 and 3,
+    three iterations for convergence), in that order; queue_fewshot.sh / queue_comparison.sh name them."""
+    runs = []
+    for corpus in corpora:
+        short = corpus[:3]
+        for labels in (100, 300, "all"):
+            for seed in seeds:
+                common = {"corpus.source": corpus, "seed": seed, "finetune.labels": labels}
+                runs.append({"name": f"{short}-fewshot-{labels}-gpu-s{seed}", "overrides": common,
+                             "target": "select_plusplus"})
+                runs.append({"name": f"{short}-fewshot-{baseline}-{labels}-gpu-s{seed}", "target": "select_plusplus",
+                             "overrides": {**common, "init.method": baseline, "loop.max_iterations": 0}})
+        for seed in seeds:
+            common = {"corpus.source": corpus, "seed": seed}
+            for method in ("neighbours", "simcse", "ict"):
+                runs.append({"name": f"{short}-infocse-init-{method}-gpu-s{seed}",
+                             "overrides": {**common, "init.method": method}})
+            runs.append({"name": f"{short}-kmeans-gpu-s{seed}", "overrides": {**common, "idc.method": "kmeans"}})
+        for k in (2, 3):
+            runs.append({"name": f"{short}-k{k}-gpu-s{seeds[0]}",
+                         "overrides": {"corpus.source": corpus, "seed": seeds[0], "idc.k": k}})
+        runs.append({"name": f"{short}-iter3-gpu-s{seeds[0]}",
+                     "overrides": {"corpus.source": corpus, "seed": seeds[0], "loop.patience": 3,
+                                   "iterations": {str(t): {"prev": t - 1} for t in (1, 2, 3)}}})
+    return runs
+
+
+PLANS = {"table1": table1_runs, "studies": studies_runs}
+
+
+def stage_commands(params: dict, target: str = "select") -> list[str]:
+    """The commands `dvc repro --dry --force TARGET` runs for these params, in its order (prepare excluded)."""
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
         Path(scratch, "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
         subprocess.run(["git", "init", "-q"], cwd=scratch, check=True)
-        out = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", "select"], cwd=scratch,
+        out = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", target], cwd=scratch,
                              capture_output=True, text=True, check=True).stdout
     commands = [line[2:] for line in out.splitlines() if line.startswith("> ")]
     if not commands or not all(c.startswith("python -m stages.") for c in commands):
@@ -140,14 +172,15 @@ def plan(args: argparse.Namespace) -> None:
         raise SystemExit(f"{BUNDLE}/model is missing: build the bundle first (python -m scripts.gpu_bundle)")
     base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
     entries = []
-    runs = [r for r in table1_runs(args.corpora, args.seeds) if fnmatch.fnmatchcase(r["name"], args.match)]
+    runs = [r for r in PLANS[args.set](args.corpora, args.seeds) if fnmatch.fnmatchcase(r["name"], args.match)]
     for run in runs:
         params = copy.deepcopy(base)
         smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
         for key, value in {**run["overrides"], **FP32, **smoke, "device": args.device,
                            "seed_model": SEED_MODEL_FOLDER}.items():
             set_dotted(params, key, value)
-        entries.append({"name": run["name"], "params": params, "commands": stage_commands(params)})
+        entries.append({"name": run["name"], "params": params,
+                        "commands": stage_commands(params, run.get("target", "select"))})
         print(f"planned {run['name']}: {len(entries[-1]['commands'])} stages")
     shutil.rmtree(BUNDLE / "corpora", ignore_errors=True)
     prepare_corpora([e["params"] for e in entries], BUNDLE / "corpora")
@@ -327,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan")
+    p.add_argument("--set", choices=sorted(PLANS), default="table1",
+                   help="table1: InfoCSE + five baselines; studies: few-shot and Table 3's zero-shot studies")
     p.add_argument("--corpora", nargs="+", default=["bbc", "manpages"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--match", default="*", help="only runs whose name matches this glob")
