@@ -12,7 +12,7 @@ param), so runs of older code, whose params differ, never mix with newer ones.
 The paper's tables hold the pair budget and the loop fixed (TABLE_DEFAULTS, the CPU defaults of
 params.yaml). Per corpus (and per mix of topics) a table uses one group of runs at those defaults:
 the newest of the seed model's published weights, unless the newest of its fp16-rounded weights (GPU
-runs) covers more of Table 1; the other groups are listed, never pooled. A study varies its own
+runs) covers more of the tables; the other groups are listed, never pooled. A study varies its own
 params from that group: the convergence runs their iterations and patience, the InfoCSE++ control
 its fine-tuning epochs. Every cell shows its n; a cell without runs says "not run".
 
@@ -51,7 +51,7 @@ TABLE_DEFAULTS = {"seed_model": "all-MiniLM-L6-v2", "budget.max_pairs": 2560, "b
                   "iterations": 2, "loop.patience": 1, "finetune.epochs": 3, "precision": "fp32"}
 # The seed model's published weights, and the same rounded to fp16 (and upcast to fp32), which GPU runs start
 # from (scripts/gpu_runs.py: the published weights do not fit its bundle). Runs of the two are never pooled;
-# a corpus's tables use one group, preferring the published weights where both cover Table 1 alike.
+# a corpus's tables use one group, preferring the published weights unless the other covers more.
 SEED_MODEL_WEIGHTS = (TABLE_DEFAULTS["seed_model"], "all-MiniLM-L6-v2-fp16")
 CONVERGENCE_KEYS = ("iterations", "loop.patience")
 CONTROL_KEYS = ("finetune.epochs",)
@@ -187,16 +187,16 @@ def variant_name(variant: tuple) -> str:
     return name if sources == 1 else f"{name}, mixed: {sources} sources, {order}"
 
 
-def table1_coverage(items: list[dict]) -> int:
-    """(method, seed) cells of Table 1 a group holds, up to the planned seeds 0-2 of every method."""
-    planned = {(method, seed) for method in (SEED_MODEL, *BASELINES, REFERENCE) for seed in (0, 1, 2)}
-    return len({(item.get("method"), item.get("seed")) for item in items} & planned)
+def coverage(items: list[dict]) -> int:
+    """Cells of the tables a group holds at seeds 0-2: (method or few-shot start, label budget, seed)."""
+    return len({(item.get("method", item.get("start")), item.get("budget"), item["seed"])
+                for item in items if item.get("seed") in (0, 1, 2)})
 
 
 def newest_groups(groups: dict[tuple, list[dict]], eligible) -> tuple[dict, dict]:
     """Per corpus variant, the group the tables use, of the eligible groups at TABLE_DEFAULTS: the newest
     (by its latest run) of the seed model's published weights, unless the newest of its fp16-rounded
-    weights (GPU runs) covers more of Table 1; and, per variant, the others, left out rather than pooled."""
+    weights (GPU runs) covers more of the tables; and, per variant, the others, left out rather than pooled."""
     candidates = {}
     for key, items in groups.items():
         if eligible(items) and at_defaults(group_params(key, items)):
@@ -209,7 +209,7 @@ def newest_groups(groups: dict[tuple, list[dict]], eligible) -> tuple[dict, dict
             by_weights.setdefault(json.loads(key[1]).get("seed_model", TABLE_DEFAULTS["seed_model"]), []).append(key)
         published, rounded = (max(by_weights.get(w, []), key=newest, default=None) for w in SEED_MODEL_WEIGHTS)
         use_rounded = rounded and (published is None or
-                                   table1_coverage(groups[rounded]) > table1_coverage(groups[published]))
+                                   coverage(groups[rounded]) > coverage(groups[published]))
         chosen[variant] = rounded if use_rounded else published
     older = {variant: sorted(set(keys) - {chosen[variant]}, key=newest, reverse=True)
              for variant, keys in candidates.items()}
@@ -601,7 +601,8 @@ INTRO = [
     f"GPU runs in fp32 (scripts/gpu_runs.py) start from the seed model's weights rounded to fp16, "
     f"{SEED_MODEL_WEIGHTS[1]}: they are a group of their own, never pooled with runs of the published weights. "
     "Per corpus a table uses one group of runs that share every other param too: the newest such group of the "
-    "published weights, unless the newest of the fp16-rounded ones covers more of Table 1 (methods x seeds 0-2); "
+    "published weights, unless the newest of the fp16-rounded ones covers more of the tables (cells of method, "
+    "label budget and seed 0-2); "
     "the others are listed at the end, never pooled (runs of older code have other params). A study varies only its own "
     "params: the convergence runs their iterations and patience, the InfoCSE++ control its fine-tuning epochs.",
     "- n (seeds): runs, one per seed; each seed is its own label split and training seed. Scores: mean ± sample "

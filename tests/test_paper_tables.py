@@ -115,7 +115,7 @@ def test_an_older_group_at_the_defaults_is_listed_and_never_pooled_with_the_newe
                     "ccccccc (seed model all-MiniLM-L6-v2; unrecorded).")
 
 
-def test_gpu_runs_of_the_fp16_rounded_seed_model_serve_a_corpus_only_where_they_cover_table1_more():
+def test_gpu_runs_of_the_fp16_rounded_seed_model_serve_a_corpus_only_where_they_cover_the_tables_more():
     """Never pooled with the published weights; used when they cover more of Table 1, else the published
     weights' group stands even if older."""
     rounded = {"seed_model": paper.SEED_MODEL_WEIGHTS[1]}
