@@ -1,0 +1,89 @@
+"""scripts/gpu_runs.py: the corpus a run gets on the GPU machine is what the prepare stage makes for its
+seed, and imported results become run files that say which code differed from the plan's commit."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from infocse.config import parse_config
+from infocse.corpora.build import prepare_corpus
+from scripts import gpu_runs
+from scripts.compare_experiments import run_rows
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bbc_params(seed: int) -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["seed"] = seed
+    params["corpus"] = {**params["corpus"], "source": "bbc", "max_documents": 60}
+    return params
+
+
+def test_a_runs_corpus_is_the_prepare_stages_for_its_seed(tmp_path):
+    """The bundle keeps one documents table and each seed's split; the run folder of seed 1 gets the
+    table prepare_corpus makes for seed 1 (an independent call), its sentences and its corpus.json."""
+    bundle = tmp_path / "bundle"
+    gpu_runs.prepare_corpora([bbc_params(0), bbc_params(1)], bundle / "corpora")
+    entry = {"name": "bbc-x-gpu-s1", "params": bbc_params(1), "commands": []}
+    model = tmp_path / "model"
+    model.mkdir()
+    work = tmp_path / "runs" / entry["name"]
+    gpu_runs.setup_run(entry, bundle, work, model)
+
+    documents, sentences, stats = prepare_corpus(parse_config(bbc_params(1)))
+    got = pd.read_parquet(work / "data/corpus/documents.parquet")
+    assert got.astype(str).equals(documents.reset_index(drop=True).astype(str))
+    assert pd.read_parquet(work / "data/corpus/sentences.parquet").astype(str).equals(
+        sentences.reset_index(drop=True).astype(str))
+    assert (got["split"] != pd.read_parquet(bundle / "corpora/bbc/documents.parquet")["split"]).any()  # seed 0's
+    assert json.loads((work / "metrics/corpus.json").read_text()) == json.loads(json.dumps(stats))
+    assert yaml.safe_load((work / "params.yaml").read_text()) == entry["params"]
+
+
+def record(name: str, code: dict, **extra) -> dict:
+    retrieval = {"val": {"mrr@10": 0.7}, "test": {"recall@1": 0.6, "mrr@10": 0.7}}
+    params = copy.deepcopy(yaml.safe_load((REPO / "params.yaml").read_text()))
+    params.update(seed_model=gpu_runs.SEED_MODEL_FOLDER, device="cuda")
+    return {"name": name, "params": params, "code_md5": code, "versions": {"device": "NVIDIA H200"},
+            "stage_seconds": {"initialize": 1.0}, "wall_seconds": 9.0, "finished_at": "2030-01-01T00:00:00+00:00",
+            "metrics": {"metrics/iterations/iter-0/retrieval.json": retrieval, "metrics/best.json": {"iteration": 0}},
+            **extra}
+
+
+def test_import_writes_run_files_that_name_the_code_that_differed_and_skips_failed_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    code = {}
+    for path in ("infocse/idc.py", "stages/train.py"):
+        committed = subprocess.run(["git", "show", f"{head}:{path}"], capture_output=True, check=True).stdout
+        code[path] = hashlib.md5(committed).hexdigest()
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "plan.json").write_text(json.dumps({"commit": head, "code_md5": code, "runs": []}))
+    changed = {**code, "infocse/idc.py": "0" * 32}
+    results = tmp_path / "runs.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in [
+        record("same-code-s0", code), record("changed-code-s0", changed),
+        record("failed-s0", code, error="RuntimeError: python -m stages.train exited with 1")]))
+
+    runs_dir = tmp_path / "results"
+    assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 0
+    assert sorted(p.name for p in runs_dir.iterdir()) == ["changed-code-s0.json", "same-code-s0.json"]
+    same = json.loads((runs_dir / "same-code-s0.json").read_text())
+    assert same["source"] == gpu_runs.SOURCE and same["commit"] == head and same["uncommitted_code"] == []
+    assert same["params_changed"]["seed_model"] == gpu_runs.SEED_MODEL_FOLDER
+    assert json.loads((runs_dir / "changed-code-s0.json").read_text())["uncommitted_code"] == ["infocse/idc.py"]
+    (row,) = run_rows(same)  # the reports read it as any run file: its seed model row
+    assert row["method"] == "seed model" and row["test"]["recall@1"] == 0.6
+    # a second import of the same results changes nothing; other content is refused, as export_runs does
+    assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 0
+    results.write_text(json.dumps(record("same-code-s0", changed)) + "\n")
+    assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 1
