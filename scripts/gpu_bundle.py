@@ -1,4 +1,5 @@
-"""Build gpu-bundle/: what an offline CUDA machine lacks to run `benchmarks/gpu_throughput.py`.
+"""Build gpu-bundle/: what an offline CUDA machine lacks to run `benchmarks/gpu_throughput.py` and the
+runs of `scripts/gpu_runs.py` (which adds its plan and corpora to the same folder).
 
     python -m scripts.gpu_bundle [--dest gpu-bundle] [--corpus DIR] [--python 3.10 3.11 3.12 3.13]
 
@@ -6,8 +7,9 @@ Such a machine has torch, sentence-transformers, transformers, pandas, pyarrow a
 network, DVC, blingfire or registry-packaged models. The bundle (git-ignored, under 64 MiB) holds:
 
 * wheels/  `datasets` (the sentence-transformers trainer will not start without it), its small
-  dependencies and `accelerate`, pinned to this environment's versions, for each Python version
-  asked (binary wheels: manylinux x86_64). Installed there only when missing; see `activate`.
+  dependencies, `accelerate` and sentence-transformers, pinned to this environment's versions, for
+  each Python version asked (binary wheels: manylinux x86_64). Installed there when missing, and
+  sentence-transformers also when the machine has another version (the code pins it); see `activate`.
 * model/   the seed model all-MiniLM-L6-v2 with fp16 weights (45 MiB instead of 87 MiB). The
   benchmark upcasts it to fp32 before use, so both arms of every comparison start from the same
   fp32 weights (the fp16-rounded seed model, not bit for bit the published one).

@@ -2,14 +2,16 @@
 what comes back into run files (`results/runs/<name>.json`), as `export_runs` does for `dvc exp`.
 
     python -m scripts.gpu_runs plan [--set table1|studies] [--corpora bbc manpages] [--seeds 0 1 2]   # here
-    python -m scripts.gpu_runs run [--workers 5] [--deadline SECONDS]                          # there
+    python -m scripts.gpu_runs run [--workers 5] [--deadline-seconds S]                        # there
     python -m scripts.gpu_runs import RESULTS.jsonl ...                                        # here
 
 `plan` (after `python -m scripts.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
 with its full params and the stage commands `dvc repro --dry --force select` (few-shot runs:
-`select_plusplus`) lists for them (DVC's own order and templating), and `corpora/<corpus>/`: the prepare stage's outputs, `documents.parquet` at
-the first seed and the label split of every other seed (`splits.parquet`), so that three seeds of
-both corpora fit the bundle. Every run is fp32 (embed, evaluate, train, finetune) on `cuda`, and starts from
+`select_plusplus`) lists for them (DVC's own order and templating), and `corpora/<corpus>/`: the
+prepare stage's outputs, `documents.parquet` at the first seed and the label split of every seed
+(`splits.parquet`), so that three seeds of both corpora fit the bundle; the runs of one corpus must
+share its `corpus` and `split` params. Every run is fp32 (embed, evaluate, train, finetune) on
+`cuda`, and starts from
 the bundle's seed model: all-MiniLM-L6-v2 with fp16-rounded weights, upcast to fp32 and saved there
 once as the folder `all-MiniLM-L6-v2-fp16`, which is the runs' `seed_model`. The reports therefore
 never pool these runs with runs from the published weights (`seed_model` is part of a run's
@@ -31,9 +33,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import fnmatch
 import datetime
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
@@ -49,11 +51,13 @@ from pathlib import Path
 
 import yaml
 
+from scripts.gpu_bundle import SIZE_LIMIT
+
 BUNDLE = Path("gpu-bundle")
 SEED_MODEL_FOLDER = "all-MiniLM-L6-v2-fp16"
 CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
 BASELINES = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
-FP32 = {"embed.precision": "fp32", "evaluate.precision": "fp32", "train.precision": "fp32", "finetune.precision": "fp32"}
+FP32 = {f"{section}.precision": "fp32" for section in ("embed", "evaluate", "train", "finetune")}
 SOURCE = "gpu stage runner"
 
 
@@ -73,7 +77,7 @@ def code_md5(root: Path) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ plan (here)
 
 
-def table1_runs(corpora: list[str], seeds: list[int]) -> list[dict]:
+def table1_runs(corpora: list[str], seeds: list[int], baseline: str | None = None) -> list[dict]:
     """The seed model + InfoCSE, and one round of each baseline, per corpus and seed (queue_comparison's `main`)."""
     runs = []
     for corpus in corpora:
@@ -87,8 +91,8 @@ def table1_runs(corpora: list[str], seeds: list[int]) -> list[dict]:
     return runs
 
 
-def studies_runs(corpora: list[str], seeds: list[int], baseline: str = "text_shuffle_cutoff") -> list[dict]:
-    """Table 2 (few-shot: the seed model and InfoCSE, and one baseline, each fine-tuned at 100, 300 and
+def studies_runs(corpora: list[str], seeds: list[int], baseline: str) -> list[dict]:
+    """Table 2 (few-shot: the seed model and InfoCSE, and `baseline`, each fine-tuned at 100, 300 and
     all labels) and Table 3's zero-shot studies (InfoCSE from each initialization, K-means IDC, K = 2 and 3,
     three iterations for convergence), in that order; queue_fewshot.sh / queue_comparison.sh name them."""
     runs = []
@@ -125,8 +129,11 @@ def stage_commands(params: dict, target: str = "select") -> list[str]:
         subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
         Path(scratch, "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
         subprocess.run(["git", "init", "-q"], cwd=scratch, check=True)
-        out = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", target], cwd=scratch,
-                             capture_output=True, text=True, check=True).stdout
+        dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", target], cwd=scratch,
+                             capture_output=True, text=True)
+        if dry.returncode:
+            raise SystemExit(f"dvc repro --dry failed for these params:\n{dry.stderr.strip()}")
+        out = dry.stdout
     commands = [line[2:] for line in out.splitlines() if line.startswith("> ")]
     if not commands or not all(c.startswith("python -m stages.") for c in commands):
         raise SystemExit(f"unexpected stage commands from dvc: {commands}")
@@ -141,10 +148,16 @@ def prepare_corpora(params_by_run: list[dict], dest: Path) -> None:
     from infocse.corpora.build import prepare_corpus
 
     seeds_of: dict[str, list[int]] = {}
+    prepared_by: dict[str, tuple] = {}
     for params in params_by_run:
-        seeds_of.setdefault(params["corpus"]["source"], [])
-        if params["seed"] not in seeds_of[params["corpus"]["source"]]:
-            seeds_of[params["corpus"]["source"]].append(params["seed"])
+        source = params["corpus"]["source"]
+        what = (params["corpus"], params["split"])  # with the seed, what the prepare stage depends on
+        if prepared_by.setdefault(source, what) != what:
+            raise SystemExit(f"the runs of corpus {source!r} differ in their `corpus` or `split` params: "
+                             "plan them separately")
+        seeds_of.setdefault(source, [])
+        if params["seed"] not in seeds_of[source]:
+            seeds_of[source].append(params["seed"])
     for corpus, seeds in seeds_of.items():
         folder = dest / corpus
         folder.mkdir(parents=True)
@@ -156,7 +169,6 @@ def prepare_corpora(params_by_run: list[dict], dest: Path) -> None:
             if seed == seeds[0]:
                 documents.to_parquet(folder / "documents.parquet", index=False)
                 sentences.to_parquet(folder / "sentences.parquet", index=False)
-                (folder / "corpus.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
                 first = documents
             else:  # only the split depends on the seed: check it, keep the split alone
                 if not first.drop(columns="split").equals(documents.drop(columns="split")):
@@ -164,15 +176,22 @@ def prepare_corpora(params_by_run: list[dict], dest: Path) -> None:
                 if not sentences.equals(pd.read_parquet(folder / "sentences.parquet")):
                     raise SystemExit(f"{corpus}: sentences differ between seeds")
             splits[f"s{seed}"] = documents["split"].to_numpy()
+            (folder / f"corpus-s{seed}.json").write_text(json.dumps(stats, indent=1, sort_keys=True) + "\n")
         pd.DataFrame(splits).to_parquet(folder / "splits.parquet", index=False)
 
 
 def plan(args: argparse.Namespace) -> None:
     if not (BUNDLE / "model").is_dir():
         raise SystemExit(f"{BUNDLE}/model is missing: build the bundle first (python -m scripts.gpu_bundle)")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "stages", "infocse", "dvc.yaml"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if dirty:  # the stage commands come from HEAD's dvc.yaml, the code from the working tree
+        raise SystemExit(f"commit the pipeline's code first; it differs from {commit[:7]}:\n{dirty}")
     base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
     entries = []
-    runs = [r for r in PLANS[args.set](args.corpora, args.seeds) if fnmatch.fnmatchcase(r["name"], args.match)]
+    runs = [r for r in PLANS[args.set](args.corpora, args.seeds, args.fewshot_baseline)
+            if fnmatch.fnmatchcase(r["name"], args.match)]
     for run in runs:
         params = copy.deepcopy(base)
         smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
@@ -184,15 +203,13 @@ def plan(args: argparse.Namespace) -> None:
         print(f"planned {run['name']}: {len(entries[-1]['commands'])} stages")
     shutil.rmtree(BUNDLE / "corpora", ignore_errors=True)
     prepare_corpora([e["params"] for e in entries], BUNDLE / "corpora")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "stages", "infocse", "dvc.yaml"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    if dirty:
-        print(f"note: the code differs from {commit[:7]}; import will list what differed:\n{dirty}")
     (BUNDLE / "plan.json").write_text(json.dumps({"commit": commit, "code_md5": code_md5(Path(".")),
                                                   "runs": entries}, indent=1) + "\n")
     size = sum(p.stat().st_size for p in BUNDLE.rglob("*") if p.is_file())
     print(f"{BUNDLE}/plan.json: {len(entries)} runs; bundle {size / 2**20:.1f} MiB")
+    if size > SIZE_LIMIT:
+        raise SystemExit(f"the bundle holds {size / 2**20:.1f} MiB, over {SIZE_LIMIT / 2**20:.0f} MiB: "
+                         "plan fewer corpora")
 
 
 # ------------------------------------------------------------------------------------------ run (there)
@@ -221,7 +238,7 @@ def setup_run(entry: dict, bundle: Path, work: Path, model: Path) -> None:
     documents["split"] = pd.read_parquet(corpus / "splits.parquet")[f"s{entry['params']['seed']}"].to_numpy()
     documents.to_parquet(work / "data/corpus/documents.parquet", index=False)
     shutil.copy(corpus / "sentences.parquet", work / "data/corpus/sentences.parquet")
-    shutil.copy(corpus / "corpus.json", work / "metrics/corpus.json")
+    shutil.copy(corpus / f"corpus-s{entry['params']['seed']}.json", work / "metrics/corpus.json")
     (work / SEED_MODEL_FOLDER).symlink_to(model)
     (work / "params.yaml").write_text(yaml.safe_dump(entry["params"], sort_keys=False), encoding="utf-8")
 
@@ -306,7 +323,7 @@ def run(args: argparse.Namespace) -> None:
     taken = activate(args.bundle)
     print(f"from the bundle: {taken or 'nothing'}", flush=True)
     if args.worker is not None:
-        worker(args.worker, args.bundle, args.runs_dir, args.out, args.deadline)
+        worker(args.worker, args.bundle, args.runs_dir, args.out, args.deadline_at)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(args.runs_dir, ignore_errors=True)
@@ -318,7 +335,7 @@ def run(args: argparse.Namespace) -> None:
            "TOKENIZERS_PARALLELISM": "false"}
     procs = [subprocess.Popen([sys.executable, "-m", "scripts.gpu_runs", "run", "--worker", str(i),
                                "--bundle", str(args.bundle), "--runs-dir", str(args.runs_dir), "--out", str(args.out),
-                               "--deadline", str(deadline)], env=env) for i in range(args.workers)]
+                               "--deadline-at", str(deadline)], env=env) for i in range(args.workers)]
     codes = [p.wait() for p in procs]
     print(f"workers exited {codes}", flush=True)
 
@@ -365,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpora", nargs="+", default=["bbc", "manpages"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--match", default="*", help="only runs whose name matches this glob")
+    p.add_argument("--fewshot-baseline", choices=BASELINES, default="text_shuffle_cutoff",
+                   help="studies: the baseline fine-tuned beside InfoCSE (choose it by validation)")
     p.add_argument("--device", default="cuda", help="params `device` of every run (cpu: a smoke test here)")
     p.add_argument("--max-documents", type=int, default=None, help="params `corpus.max_documents` (a smoke test)")
     r = sub.add_parser("run")
@@ -374,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--runs-dir", type=Path, default=Path("gpu-runs"))
     r.add_argument("--out", type=Path, default=Path(os.environ.get("RESULTS_DIR", "gpu-results")))
     r.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
-    r.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    r.add_argument("--deadline-at", type=float, default=None, help=argparse.SUPPRESS)
     i = sub.add_parser("import")
     i.add_argument("results", nargs="+")
     i.add_argument("--bundle", type=Path, default=BUNDLE)

@@ -38,6 +38,7 @@ from scripts import compare_fewshot as few_shot
 from scripts.compare_experiments import (BASELINE_NAMES, NEIGHBOURS, REFERENCE, RUNS_DIR, SEED_MODEL,
                                          TEXT_SHUFFLE_CUTOFF, canonical, infocse_label, iteration_metrics,
                                          load_runs, mean_sd)
+from scripts.gpu_runs import SEED_MODEL_FOLDER as GPU_SEED_MODEL
 
 REPORT = Path("reports/paper_tables.md")
 PLOT = Path("reports/paper_tables.png")
@@ -52,7 +53,7 @@ TABLE_DEFAULTS = {"seed_model": "all-MiniLM-L6-v2", "budget.max_pairs": 2560, "b
 # The seed model's published weights, and the same rounded to fp16 (and upcast to fp32), which GPU runs start
 # from (scripts/gpu_runs.py: the published weights do not fit its bundle). Runs of the two are never pooled;
 # a corpus's tables use one group, preferring the published weights unless the other covers more.
-SEED_MODEL_WEIGHTS = (TABLE_DEFAULTS["seed_model"], "all-MiniLM-L6-v2-fp16")
+SEED_MODEL_WEIGHTS = (TABLE_DEFAULTS["seed_model"], GPU_SEED_MODEL)
 CONVERGENCE_KEYS = ("iterations", "loop.patience")
 CONTROL_KEYS = ("finetune.epochs",)
 LARGER_MODEL = "all-mpnet-base-v2"  # the model a user would pick instead: 5x larger, used as it is
@@ -169,6 +170,10 @@ def group_params(key: tuple, items: list[dict]) -> dict:
     return {**json.loads(key[1]), **items[0]["setting_params"]}
 
 
+def seed_model_of(key: tuple) -> str:
+    return json.loads(key[1]).get("seed_model", TABLE_DEFAULTS["seed_model"])
+
+
 def at_defaults(params: dict) -> bool:
     return (params.get("seed_model", TABLE_DEFAULTS["seed_model"]) in SEED_MODEL_WEIGHTS
             and all(params.get(name, value) == value for name, value in TABLE_DEFAULTS.items() if name != "seed_model"))
@@ -206,7 +211,7 @@ def newest_groups(groups: dict[tuple, list[dict]], eligible) -> tuple[dict, dict
     for variant, keys in candidates.items():
         by_weights = {}
         for key in keys:
-            by_weights.setdefault(json.loads(key[1]).get("seed_model", TABLE_DEFAULTS["seed_model"]), []).append(key)
+            by_weights.setdefault(seed_model_of(key), []).append(key)
         published, rounded = (max(by_weights.get(w, []), key=newest, default=None) for w in SEED_MODEL_WEIGHTS)
         use_rounded = rounded and (published is None or
                                    coverage(groups[rounded]) > coverage(groups[published]))
@@ -297,15 +302,14 @@ def round_precisions(row: dict, runs_by_name: dict, field: str) -> list[float]:
     return [pairs[t][field] for t in mined if pairs[t].get(field) is not None]
 
 
-def mixed_table(zero_groups: dict, chosen: dict, runs_by_name: dict) -> str:
+def mixed_table(zero_groups: dict, chosen: dict, unmixed_of: dict, runs_by_name: dict) -> str:
     """Documents that mix topics: each method against the seed model, against InfoCSE and against
     itself on the unmixed corpus (same seeds, so the same label split and test queries), and the share
     of its pairs whose sentences come from one source (one category), round by round."""
     variants = [v for v in chosen if v[1] > 1]
     variants = [*PLANNED_MIXES, *sorted(v for v in variants if v not in PLANNED_MIXES)]
     groups = {variant: zero_groups[chosen[variant]] if variant in chosen else [] for variant in variants}
-    unmixed = {variant: unmixed_counterpart(zero_groups, chosen[variant]) if variant in chosen else []
-               for variant in variants}
+    unmixed = {variant: unmixed_of.get(variant, []) for variant in variants}
     precisions = {(variant, row["run"], row["method"], field): round_precisions(row, runs_by_name, field)
                   for variant, group in groups.items() for row in group for field in PRECISIONS}
     rounds = max([TABLE_DEFAULTS["iterations"], *map(len, precisions.values())])
@@ -603,7 +607,8 @@ INTRO = [
     "Per corpus a table uses one group of runs that share every other param too: the newest such group of the "
     "published weights, unless the newest of the fp16-rounded ones covers more of the tables (cells of method, "
     "label budget and seed 0-2); "
-    "the others are listed at the end, never pooled (runs of older code have other params). A study varies only its own "
+    "the others are listed at the end, never pooled (runs of older code have other params, GPU runs other "
+    "weights). A study varies only its own "
     "params: the convergence runs their iterations and patience, the InfoCSE++ control its fine-tuning epochs.",
     "- n (seeds): runs, one per seed; each seed is its own label split and training seed. Scores: mean ± sample "
     "standard deviation over the runs. A cell without runs says not run.",
@@ -628,15 +633,15 @@ RULES = [
 ]
 
 
-def sources(label: str, chosen: dict, older: dict, groups: dict, runs_by_name: dict, variants: list[tuple]) -> list[str]:
+def sources(label: str, chosen: dict, older: dict, groups: dict, runs_by_name: dict,
+            variants: list[tuple]) -> list[str]:
     """Which runs a table rests on, per corpus (their commits, seed model and how they ran), and the
     other groups at the same defaults, left out."""
     def described(key: tuple) -> str:
         names = sorted({item["run"] for item in groups[key]})
         commits = sorted({(runs_by_name[name].get("commit") or "")[:7] for name in names} - {""})
         ran_by = sorted({runs_by_name[name].get("source") or "unrecorded" for name in names})
-        seed_model = json.loads(key[1]).get("seed_model", TABLE_DEFAULTS["seed_model"])
-        return (f"{len(names)} run(s) at commit(s) {', '.join(commits) or '–'} (seed model {seed_model}; "
+        return (f"{len(names)} run(s) at commit(s) {', '.join(commits) or '–'} (seed model {seed_model_of(key)}; "
                 f"{', '.join(ran_by)})")
 
     lines = []
@@ -688,6 +693,9 @@ def render(runs: list[dict]) -> str:
         f"One round of each baseline from the seed model at the same pair budget; InfoCSE: the iteration chosen by "
         f"validation; {LARGER_MODEL}: scored as it is, no training, on the same splits.", "",
         table1(rows, zero_groups, chosen), "",
+        "Seed model weights of each corpus's runs: " + "; ".join(
+            f"{variant_name(v)}: {seed_model_of(chosen[v])}" for v in shown_variants(chosen, mixed=True) if v in chosen)
+        + ".", "",
         "### Documents that mix topics", "",
         "Each training document made of 3 source documents (`corpus.mix`, docs/corpora.md): their sentences one "
         "source after another (concatenated) or merged in random order, each source keeping its own order "
@@ -697,7 +705,7 @@ def render(runs: list[dict]) -> str:
         "InfoCSE's round 2 is mined by its round-1 model. SimCSE pairs a sentence with itself, so its pairs are right "
         "by construction: the control for what mixing changes besides the pairs (which sentences the pair budget "
         "samples, which share a batch).", "",
-        mixed_table(zero_groups, chosen, runs_by_name), "",
+        mixed_table(zero_groups, chosen, unmixed_of, runs_by_name), "",
         "## Table 2: few-shot fine-tuning (test R@1 / MRR@10)", "",
         "Each start fine-tuned on the label budget (`finetune.labels`) of the few-shot pool; the best baseline is "
         "chosen by fine-tuned validation MRR@10 (reports/fewshot.md).", "",
