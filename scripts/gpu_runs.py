@@ -78,7 +78,8 @@ def code_md5(root: Path) -> dict[str, str]:
 
 
 def table1_runs(corpora: list[str], seeds: list[int], baseline: str | None = None) -> list[dict]:
-    """The seed model + InfoCSE, and one round of each baseline, per corpus and seed (queue_comparison's `main`)."""
+    """The seed model + InfoCSE, and one round of each baseline, per corpus and seed (queue_comparison's
+    `main`); `baseline` is the studies plan's and unused here (one signature for every plan)."""
     runs = []
     for corpus in corpora:
         short = corpus[:3]
