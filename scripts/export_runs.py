@@ -199,9 +199,14 @@ def build_run(name: str, source: str, commit: str, experiment: str | None, ran_a
     metrics, left_out = run_metrics(lock, params, read, files)
     if "metrics/best.json" not in metrics:
         return None, left_out
-    run = {"name": name, "source": source, "commit": commit, "experiment": experiment, "ran_at": ran_at,
-           "params": params, "params_changed": changed_params(params, defaults), "metrics": metrics}
-    return run, left_out
+    return run_file(name, source, commit, experiment, ran_at, params, defaults, metrics), left_out
+
+
+def run_file(name: str, source: str, commit: str, experiment: str | None, ran_at: str, params: dict,
+             defaults: dict, metrics: dict) -> dict:
+    """What every run file holds, however the run was made (scripts/gpu_runs.py adds to it)."""
+    return {"name": name, "source": source, "commit": commit, "experiment": experiment, "ran_at": ran_at,
+            "params": params, "params_changed": changed_params(params, defaults), "metrics": metrics}
 
 
 def experiments(pattern: str = "*") -> list[dict]:

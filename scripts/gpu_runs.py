@@ -124,18 +124,15 @@ def studies_runs(corpora: list[str], seeds: list[int], baseline: str) -> list[di
 PLANS = {"table1": table1_runs, "studies": studies_runs}
 
 
-def stage_commands(params: dict, target: str = "select") -> list[str]:
-    """The commands `dvc repro --dry --force TARGET` runs for these params, in its order (prepare excluded)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
-        Path(scratch, "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-        subprocess.run(["git", "init", "-q"], cwd=scratch, check=True)
-        dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", target], cwd=scratch,
-                             capture_output=True, text=True)
-        if dry.returncode:
-            raise SystemExit(f"dvc repro --dry failed for these params:\n{dry.stderr.strip()}")
-        out = dry.stdout
-    commands = [line[2:] for line in out.splitlines() if line.startswith("> ")]
+def stage_commands(scratch: Path, params: dict, target: str = "select") -> list[str]:
+    """The commands `dvc repro --dry --force TARGET` runs for these params, in its order (prepare excluded),
+    in `scratch`: a copy of the commit's files."""
+    Path(scratch, "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", target], cwd=scratch,
+                         capture_output=True, text=True)
+    if dry.returncode:
+        raise SystemExit(f"dvc repro --dry failed for these params:\n{dry.stderr.strip()}")
+    commands = [line[2:] for line in dry.stdout.splitlines() if line.startswith("> ")]
     if not commands or not all(c.startswith("python -m stages.") for c in commands):
         raise SystemExit(f"unexpected stage commands from dvc: {commands}")
     return [c for c in commands if c != "python -m stages.prepare"]
@@ -193,15 +190,18 @@ def plan(args: argparse.Namespace) -> None:
     entries = []
     runs = [r for r in PLANS[args.set](args.corpora, args.seeds, args.fewshot_baseline)
             if fnmatch.fnmatchcase(r["name"], args.match)]
-    for run in runs:
-        params = copy.deepcopy(base)
-        smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
-        for key, value in {**run["overrides"], **FP32, **smoke, "device": args.device,
-                           "seed_model": SEED_MODEL_FOLDER}.items():
-            set_dotted(params, key, value)
-        entries.append({"name": run["name"], "params": params,
-                        "commands": stage_commands(params, run.get("target", "select"))})
-        print(f"planned {run['name']}: {len(entries[-1]['commands'])} stages")
+    smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
+        subprocess.run(["git", "init", "-q"], cwd=scratch, check=True)
+        for run in runs:
+            params = copy.deepcopy(base)
+            for key, value in {**run["overrides"], **FP32, **smoke, "device": args.device,
+                               "seed_model": SEED_MODEL_FOLDER}.items():
+                set_dotted(params, key, value)
+            entries.append({"name": run["name"], "params": params,
+                            "commands": stage_commands(Path(scratch), params, run.get("target", "select"))})
+            print(f"planned {run['name']}: {len(entries[-1]['commands'])} stages")
     shutil.rmtree(BUNDLE / "corpora", ignore_errors=True)
     prepare_corpora([e["params"] for e in entries], BUNDLE / "corpora")
     (BUNDLE / "plan.json").write_text(json.dumps({"commit": commit, "code_md5": code_md5(Path(".")),
@@ -296,8 +296,7 @@ def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float)
             for command in entry["commands"]:
                 t0 = time.perf_counter()
                 run_stage_module(command)
-                seconds[command.split()[2].split(".")[1] + "".join(f" {a}" for a in command.split()[3:])] = \
-                    round(time.perf_counter() - t0, 2)
+                seconds[command.removeprefix("python -m stages.")] = round(time.perf_counter() - t0, 2)
             record["metrics"] = {str(p): json.loads(p.read_text()) for p in sorted(Path("metrics").rglob("*.json"))}
         except Exception as error:
             traceback.print_exc()
@@ -345,14 +344,12 @@ def run(args: argparse.Namespace) -> None:
 
 
 def import_runs(args: argparse.Namespace) -> int:
-    from scripts.export_runs import RUNS_DIR, changed_params, params_at, write_run
+    from scripts.export_runs import RUNS_DIR, git_reader, md5, params_at, run_file, write_run
 
     plan_info = json.loads((args.bundle / "plan.json").read_text())
     commit = plan_info["commit"]
-    at_commit = {}
-    for path in plan_info["code_md5"]:
-        blob = subprocess.run(["git", "show", f"{commit}:{path}"], capture_output=True)
-        at_commit[path] = hashlib.md5(blob.stdout).hexdigest() if blob.returncode == 0 else None
+    read = git_reader(commit)[0]
+    at_commit = {path: md5(content) for path in plan_info["code_md5"] if (content := read(path)) is not None}
     defaults = params_at(commit)
     refused = 0
     for results in args.results:
@@ -363,9 +360,8 @@ def import_runs(args: argparse.Namespace) -> int:
                 continue
             ran = record["code_md5"]
             differs = sorted(p for p in set(ran) | set(at_commit) if ran.get(p) != at_commit.get(p))
-            run = {"name": record["name"], "source": SOURCE, "commit": commit, "experiment": None,
-                   "ran_at": record["finished_at"], "params": record["params"],
-                   "params_changed": changed_params(record["params"], defaults), "metrics": record["metrics"],
+            run = {**run_file(record["name"], SOURCE, commit, None, record["finished_at"], record["params"],
+                              defaults, record["metrics"]),
                    "uncommitted_code": differs, "versions": record["versions"],
                    "stage_seconds": record["stage_seconds"]}
             message = write_run(run, args.runs_dir or RUNS_DIR, args.force)
