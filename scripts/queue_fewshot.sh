@@ -45,7 +45,8 @@ done
 precision_args=()
 case "${PRECISION:-auto}" in
   auto) ;;
-  fp32|bf16) for section in embed evaluate train finetune; do precision_args+=(-S "$section.precision=$PRECISION"); done ;;
+  # `++`: add or override; params.yaml leaves finetune.precision at its default (auto), so plain -S fails
+  fp32|bf16) for section in embed evaluate train finetune; do precision_args+=(-S "++$section.precision=$PRECISION"); done ;;
   *) echo "PRECISION must be auto, fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
 esac
 epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"
