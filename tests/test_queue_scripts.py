@@ -4,6 +4,7 @@ so a check that lets a bad value through fails at `dvc exp run` with another exi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,3 +56,27 @@ def test_the_few_shot_queue_knows_every_baseline_annotator():
     line = next(line for line in (REPO / "scripts/queue_fewshot.sh").read_text().splitlines()
                 if line.startswith("baselines="))
     assert tuple(line.split('"')[1].split()) == ANNOTATORS
+
+
+def test_the_few_shot_queue_sets_every_precision_in_a_real_dvc_queue(tmp_path):
+    """PRECISION=fp32 must reach each section's params, finetune's too (absent from params.yaml):
+    queued for real in a scratch DVC project, read back with `dvc exp show`."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts/queue_fewshot.sh", tmp_path / "scripts/queue_fewshot.sh")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    sections = ("embed", "evaluate", "train", "finetune")
+    (tmp_path / "dvc.yaml").write_text("stages:\n  show:\n    cmd: python -c pass\n    params:\n"
+                                       + "".join(f"      - {section}\n" for section in sections))
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
+        subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
+    result = run_script(tmp_path, "queue_fewshot.sh", ["neighbours", "manpages"],
+                        {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2"})
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=tmp_path, check=True,
+                                      capture_output=True, text=True).stdout)
+    queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
+              for commit in shown for experiment in commit.get("experiments") or []}
+    assert set(queued) == {"man-fewshot-100-s0", "man-fewshot-neighbours-100-s0", "man-fewshot-100-e6-s0"}
+    for name, params in queued.items():
+        assert {section: params[section].get("precision") for section in sections} == dict.fromkeys(sections, "fp32"), name
