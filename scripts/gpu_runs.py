@@ -25,8 +25,8 @@ it ran, and the versions of torch, transformers and sentence-transformers. A run
 recorded with its error; a run cut off by the deadline is not recorded.
 
 `import` writes one run file per finished run (source "gpu stage runner"): `commit` is the commit
-the plan was made at, and `uncommitted_code` lists the code files whose md5 there differed from
-that commit's. Existing run files are never replaced with other content (as `export_runs`).
+the plan was made at (each result records it), and `uncommitted_code` lists the code files whose
+md5 there differed from that commit's. Existing run files are never replaced with other content (as `export_runs`).
 """
 
 from __future__ import annotations
@@ -273,7 +273,8 @@ def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float)
     repo = Path.cwd()
     sys.path.insert(0, str(repo))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")]))
-    entries = json.loads((bundle / "plan.json").read_text())["runs"]
+    planned = json.loads((bundle / "plan.json").read_text())
+    entries = planned["runs"]
     claims = runs_dir / "claims"
     model = runs_dir / SEED_MODEL_FOLDER
     code = code_md5(repo)
@@ -287,7 +288,8 @@ def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float)
             print(f"w{index}: deadline reached before {entry['name']}", flush=True)
             return
         work = (runs_dir / entry["name"]).resolve()
-        record = {"name": entry["name"], "params": entry["params"], "code_md5": code, "versions": found}
+        record = {"name": entry["name"], "commit": planned["commit"], "params": entry["params"], "code_md5": code,
+                  "versions": found}
         started = time.time()
         seconds = {}
         try:
@@ -346,11 +348,8 @@ def run(args: argparse.Namespace) -> None:
 def import_runs(args: argparse.Namespace) -> int:
     from scripts.export_runs import RUNS_DIR, git_reader, md5, params_at, run_file, write_run
 
-    plan_info = json.loads((args.bundle / "plan.json").read_text())
-    commit = plan_info["commit"]
-    read = git_reader(commit)[0]
-    at_commit = {path: md5(content) for path in plan_info["code_md5"] if (content := read(path)) is not None}
-    defaults = params_at(commit)
+    plan_commit = json.loads((args.bundle / "plan.json").read_text())["commit"]
+    facts = {}  # commit -> (md5 of each code file there, its params.yaml)
     refused = 0
     for results in args.results:
         for line in Path(results).read_text(encoding="utf-8").splitlines():
@@ -359,6 +358,12 @@ def import_runs(args: argparse.Namespace) -> int:
                 print(f"skipped {record['name']}: {record.get('error', 'no metrics/best.json')}")
                 continue
             ran = record["code_md5"]
+            commit = record.get("commit", plan_commit)  # older records lack it: the bundle's current plan
+            if commit not in facts:
+                read = git_reader(commit)[0]
+                facts[commit] = ({path: md5(content) for path in ran if (content := read(path)) is not None},
+                                 params_at(commit))
+            at_commit, defaults = facts[commit]
             differs = sorted(p for p in set(ran) | set(at_commit) if ran.get(p) != at_commit.get(p))
             run = {**run_file(record["name"], SOURCE, commit, None, record["finished_at"], record["params"],
                               defaults, record["metrics"]),

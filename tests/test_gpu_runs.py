@@ -87,3 +87,21 @@ def test_import_writes_run_files_that_name_the_code_that_differed_and_skips_fail
     assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 0
     results.write_text(json.dumps(record("same-code-s0", changed)) + "\n")
     assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 1
+
+
+def test_import_takes_each_results_commit_from_its_record_not_the_bundles_current_plan(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    git = lambda *args: subprocess.run(["git", *args], capture_output=True, check=True).stdout  # noqa: E731
+    head = git("rev-parse", "HEAD").decode().strip()
+    last_change = git("log", "-n", "1", "--format=%H", "--", "infocse/idc.py").decode().strip()
+    older = git("rev-parse", f"{last_change}~1").decode().strip()  # idc.py differs there from HEAD
+    code = {"infocse/idc.py": hashlib.md5(git("show", f"{older}:infocse/idc.py")).hexdigest()}
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "plan.json").write_text(json.dumps({"commit": head, "code_md5": {}, "runs": []}))  # a later plan
+    results = tmp_path / "runs.jsonl"
+    results.write_text(json.dumps(record("older-plan-s0", code, commit=older)) + "\n")
+    runs_dir = tmp_path / "results"
+    assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 0
+    run = json.loads((runs_dir / "older-plan-s0.json").read_text())
+    assert (run["commit"], run["uncommitted_code"]) == (older, [])
