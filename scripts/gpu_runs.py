@@ -59,6 +59,7 @@ CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
 BASELINES = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
 FP32 = {f"{section}.precision": "fp32" for section in ("embed", "evaluate", "train", "finetune")}
 SOURCE = "gpu stage runner"
+PLUSPLUS_ROUNDS = 3  # InfoCSE++ rounds of the studies' InfoCSE few-shot runs (queue_fewshot.sh's ROUNDS)
 
 
 def set_dotted(params: dict, dotted: str, value) -> None:
@@ -93,19 +94,26 @@ def table1_runs(corpora: list[str], seeds: list[int], baseline: str | None = Non
 
 
 def studies_runs(corpora: list[str], seeds: list[int], baseline: str) -> list[dict]:
-    """Table 2 (few-shot: the seed model and InfoCSE, and `baseline`, each fine-tuned at 100, 300 and
-    all labels) and Table 3's zero-shot studies (InfoCSE from each initialization, K-means IDC, K = 2 and 3,
-    three iterations for convergence), in that order; queue_fewshot.sh / queue_comparison.sh name them."""
+    """Table 2 and 3's InfoCSE++ (few-shot: the seed model and InfoCSE with up to PLUSPLUS_ROUNDS rounds
+    of InfoCSE++, and `baseline`, each fine-tuned at 100, 300 and all labels; at 100 and all, InfoCSE++'s
+    control: InfoCSE fine-tuned once for r x finetune.epochs) and Table 3's zero-shot studies (InfoCSE
+    from each initialization, K-means IDC, K = 2 and 3, three iterations for convergence), in that
+    order; queue_fewshot.sh / queue_comparison.sh name them."""
+    epochs = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))["finetune"]["epochs"]
     runs = []
     for corpus in corpora:
         short = corpus[:3]
         for labels in (100, 300, "all"):
             for seed in seeds:
                 common = {"corpus.source": corpus, "seed": seed, "finetune.labels": labels}
-                runs.append({"name": f"{short}-fewshot-{labels}-gpu-s{seed}", "overrides": common,
-                             "target": "select_plusplus"})
+                runs.append({"name": f"{short}-fewshot-{labels}-gpu-s{seed}", "target": "select_plusplus",
+                             "overrides": {**common, "plusplus.max_rounds": PLUSPLUS_ROUNDS}})
                 runs.append({"name": f"{short}-fewshot-{baseline}-{labels}-gpu-s{seed}", "target": "select_plusplus",
                              "overrides": {**common, "init.method": baseline, "loop.max_iterations": 0}})
+                if labels in (100, "all"):
+                    runs += [{"name": f"{short}-fewshot-{labels}-e{r * epochs}-gpu-s{seed}",
+                              "target": "select_plusplus", "overrides": {**common, "finetune.epochs": r * epochs}}
+                             for r in range(2, PLUSPLUS_ROUNDS + 1)]
         for seed in seeds:
             common = {"corpus.source": corpus, "seed": seed}
             for method in ("neighbours", "simcse", "ict"):
@@ -122,6 +130,12 @@ def studies_runs(corpora: list[str], seeds: list[int], baseline: str) -> list[di
 
 
 PLANS = {"table1": table1_runs, "studies": studies_runs}
+
+
+def tagged(name: str, tag: str) -> str:
+    """`--tag`: new names for runs whose params changed since their run files were written, as
+    queue_comparison.sh's TAG (e.g. BBC's first InfoCSE few-shot runs had one round, not three)."""
+    return name.replace("-gpu-s", f"-{tag}-gpu-s") if tag else name
 
 
 def stage_commands(scratch: Path, params: dict, target: str = "select") -> list[str]:
@@ -188,8 +202,9 @@ def plan(args: argparse.Namespace) -> None:
         raise SystemExit(f"commit the pipeline's code first; it differs from {commit[:7]}:\n{dirty}")
     base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
     entries = []
-    runs = [r for r in PLANS[args.set](args.corpora, args.seeds, args.fewshot_baseline)
-            if fnmatch.fnmatchcase(r["name"], args.match)]
+    runs = [{**r, "name": tagged(r["name"], args.tag)}
+            for r in PLANS[args.set](args.corpora, args.seeds, args.fewshot_baseline)]
+    runs = [r for r in runs if fnmatch.fnmatchcase(r["name"], args.match)]
     smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
@@ -383,7 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="table1: InfoCSE + five baselines; studies: few-shot and Table 3's zero-shot studies")
     p.add_argument("--corpora", nargs="+", default=["bbc", "manpages"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--match", default="*", help="only runs whose name matches this glob")
+    p.add_argument("--match", default="*", help="only runs whose name matches this glob (after --tag)")
+    p.add_argument("--tag", default="", help="inserted before -gpu-s<seed> in every name: new names for runs "
+                   "whose params changed since their run files were written (import never replaces those)")
     p.add_argument("--fewshot-baseline", choices=BASELINES, default="text_shuffle_cutoff",
                    help="studies: the baseline fine-tuned beside InfoCSE (choose it by validation)")
     p.add_argument("--device", default="cuda", help="params `device` of every run (cpu: a smoke test here)")

@@ -105,3 +105,18 @@ def test_import_takes_each_results_commit_from_its_record_not_the_bundles_curren
     assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 0
     run = json.loads((runs_dir / "older-plan-s0.json").read_text())
     assert (run["commit"], run["uncommitted_code"]) == (older, [])
+
+
+def test_the_studies_plan_runs_infocse_plusplus_with_its_control_at_the_smallest_and_largest_budget(monkeypatch):
+    monkeypatch.chdir(REPO)
+    epochs = yaml.safe_load((REPO / "params.yaml").read_text())["finetune"]["epochs"]
+    runs = {r["name"]: r for r in gpu_runs.studies_runs(["manpages"], [0], "neighbours")}
+    for labels in (100, 300, "all"):
+        assert runs[f"man-fewshot-{labels}-gpu-s0"]["overrides"]["plusplus.max_rounds"] == 3
+        assert "plusplus.max_rounds" not in runs[f"man-fewshot-neighbours-{labels}-gpu-s0"]["overrides"]
+    controls = {name: r["overrides"]["finetune.epochs"] for name, r in runs.items()
+                if "finetune.epochs" in r["overrides"]}
+    assert controls == {f"man-fewshot-{labels}-e{r * epochs}-gpu-s0": r * epochs
+                        for labels in (100, "all") for r in (2, 3)}
+    assert all(runs[name]["target"] == "select_plusplus" for name in controls)
+    assert gpu_runs.tagged("bbc-fewshot-100-gpu-s2", "pp") == "bbc-fewshot-100-pp-gpu-s2"

@@ -68,7 +68,8 @@ def test_the_few_shot_queue_sets_every_precision_in_a_real_dvc_queue(tmp_path):
     (tmp_path / "dvc.yaml").write_text("stages:\n  show:\n    cmd: python -c pass\n    params:\n"
                                        + "".join(f"      - {section}\n" for section in sections))
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
+    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"],
+                    [*git, "commit", "-qm", "init"]):
         subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
     result = run_script(tmp_path, "queue_fewshot.sh", ["neighbours", "manpages"],
                         {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2"})
@@ -79,4 +80,5 @@ def test_the_few_shot_queue_sets_every_precision_in_a_real_dvc_queue(tmp_path):
               for commit in shown for experiment in commit.get("experiments") or []}
     assert set(queued) == {"man-fewshot-100-s0", "man-fewshot-neighbours-100-s0", "man-fewshot-100-e6-s0"}
     for name, params in queued.items():
-        assert {section: params[section].get("precision") for section in sections} == dict.fromkeys(sections, "fp32"), name
+        precisions = {section: params[section].get("precision") for section in sections}
+        assert precisions == dict.fromkeys(sections, "fp32"), name
