@@ -20,6 +20,10 @@
 #
 #   BUDGETS="100 all" ROUNDS=2 SEEDS="0" CONTROL=0 bash scripts/queue_fewshot.sh neighbours manpages
 #
+# TAG=pp puts "-pp" before "-s<seed>" in every name: runs whose params differ from a run file of the
+# same name need new names (export_runs never replaces a run file with other content), e.g. InfoCSE++
+# at a budget first run with ROUNDS=1: `TAG=pp BUDGETS=all bash scripts/queue_fewshot.sh neighbours manpages`.
+#
 # PRECISION=fp32 (or bf16) sets embed, evaluate, train and finetune precision instead of `auto` (bf16
 # on a CPU with bf16 units): the reports compare runs by the precision they ran in, so PRECISION=fp32
 # on such a CPU makes runs that join the fp32 tables.
@@ -51,16 +55,17 @@ case "${PRECISION:-auto}" in
 esac
 epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"
 short="${corpus:0:3}"
+tag="${TAG:+-$TAG}"
 for labels in "${budgets[@]}"; do
   for seed in "${seeds[@]}"; do
-    dvc exp run --queue --force -n "$short-fewshot-$labels-s$seed" -S "corpus.source=$corpus" \
+    dvc exp run --queue --force -n "$short-fewshot-$labels$tag-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds" "${precision_args[@]}"
-    dvc exp run --queue --force -n "$short-fewshot-$baseline-$labels-s$seed" -S "corpus.source=$corpus" \
+    dvc exp run --queue --force -n "$short-fewshot-$baseline-$labels$tag-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0 \
       "${precision_args[@]}"
     if [[ "$control" == 1 && ( "$labels" == "${budgets[0]}" || "$labels" == "${budgets[-1]}" ) ]]; then
       for ((round = 2; round <= rounds; round++)); do
-        dvc exp run --queue --force -n "$short-fewshot-$labels-e$((round * epochs))-s$seed" -S "corpus.source=$corpus" \
+        dvc exp run --queue --force -n "$short-fewshot-$labels-e$((round * epochs))$tag-s$seed" -S "corpus.source=$corpus" \
           -S "seed=$seed" -S "finetune.labels=$labels" -S "finetune.epochs=$((round * epochs))" "${precision_args[@]}"
       done
     fi

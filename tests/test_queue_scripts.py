@@ -58,9 +58,9 @@ def test_the_few_shot_queue_knows_every_baseline_annotator():
     assert tuple(line.split('"')[1].split()) == ANNOTATORS
 
 
-def test_the_few_shot_queue_sets_every_precision_in_a_real_dvc_queue(tmp_path):
-    """PRECISION=fp32 must reach each section's params, finetune's too (absent from params.yaml):
-    queued for real in a scratch DVC project, read back with `dvc exp show`."""
+def test_the_few_shot_queue_sets_every_precision_and_tags_every_name_in_a_real_dvc_queue(tmp_path):
+    """PRECISION=fp32 must reach each section's params, finetune's too (absent from params.yaml), and
+    TAG every name: queued for real in a scratch DVC project, read back with `dvc exp show`."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO / "scripts/queue_fewshot.sh", tmp_path / "scripts/queue_fewshot.sh")
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
@@ -72,13 +72,13 @@ def test_the_few_shot_queue_sets_every_precision_in_a_real_dvc_queue(tmp_path):
                     [*git, "commit", "-qm", "init"]):
         subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
     result = run_script(tmp_path, "queue_fewshot.sh", ["neighbours", "manpages"],
-                        {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2"})
+                        {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"})
     assert result.returncode == 0, result.stderr
     shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=tmp_path, check=True,
                                       capture_output=True, text=True).stdout)
     queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
               for commit in shown for experiment in commit.get("experiments") or []}
-    assert set(queued) == {"man-fewshot-100-s0", "man-fewshot-neighbours-100-s0", "man-fewshot-100-e6-s0"}
+    assert set(queued) == {"man-fewshot-100-pp-s0", "man-fewshot-neighbours-100-pp-s0", "man-fewshot-100-e6-pp-s0"}
     for name, params in queued.items():
         precisions = {section: params[section].get("precision") for section in sections}
         assert precisions == dict.fromkeys(sections, "fp32"), name
