@@ -28,7 +28,7 @@
 #            <corpus>-mix3i-... / -mix3c-...); e.g. the curve over sources:
 #            `MIX_SOURCES="2 4 8" MIX_ORDERS=interleaved MIX_CONTROL=0 bash scripts/queue_comparison.sh mixed`
 # Corpora default to "bbc manpages" (sweep, mixed: manpages). Each experiment is named
-# <corpus>-<row>[-<budget>][-<TAG>]-s<seed>; an existing name is replaced (--force), so give runs of
+# <corpus>-<row>[-<budget>][-<TAG>]-s<seed>; an existing experiment of the name is replaced, so give runs of
 # new code a TAG (e.g. TAG=fixed) rather than overwrite older run files. With ONLY_MISSING=1, a
 # name that already has a run file in results/runs is not queued (to resume a queue that died).
 # SEEDS (default "0 1 2") replaces the seeds of every set: SEEDS="3 4" TAG=fixed ... main manpages
@@ -40,6 +40,7 @@
 # code it finds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/queue_experiment.sh
 set_name="${1:-main}"
 shift || true
 case "$set_name" in
@@ -94,13 +95,9 @@ esac
 tag="${TAG:+-$TAG}"
 queue() {  # queue NAME PARAM...: the unlabelled stages only; NAME ends in -s<seed>, the TAG goes before it
   local name="${1%-s*}$tag-s${1##*-s}"; shift
-  if [[ "${ONLY_MISSING:-0}" == 1 && -e "results/runs/$name.json" ]]; then
-    echo "skip $name: results/runs/$name.json exists"
-    return
-  fi
   local args=()
   for param in "$@"; do args+=(-S "$param"); done
-  dvc exp run --queue --force -n "$name" "${args[@]}" "${precision_args[@]}" select report
+  queue_experiment "$name" "${args[@]}" "${precision_args[@]}" select report
 }
 
 queue_inits() {  # queue_inits SEED METHOD...: InfoCSE started from one round of each baseline (uses $corpus, $short)

@@ -20,6 +20,7 @@
 #
 #   BUDGETS="100 all" ROUNDS=2 SEEDS="0" CONTROL=0 bash scripts/queue_fewshot.sh neighbours manpages
 #
+# ONLY_MISSING=1 skips each name that has a run file in results/runs (to resume a queue that died).
 # TAG=pp puts "-pp" before "-s<seed>" in every name: runs whose params differ from a run file of the
 # same name need new names (export_runs never replaces a run file with other content), e.g. InfoCSE++
 # at a budget first run with ROUNDS=1: `TAG=pp BUDGETS=all bash scripts/queue_fewshot.sh neighbours manpages`.
@@ -29,6 +30,7 @@
 # on such a CPU makes runs that join the fp32 tables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/queue_experiment.sh
 baseline="${1:?usage: queue_fewshot.sh BASELINE [corpus]}"
 corpus="${2:-bbc}"
 read -ra budgets <<< "${BUDGETS:-100 300 all}"
@@ -58,14 +60,14 @@ short="${corpus:0:3}"
 tag="${TAG:+-$TAG}"
 for labels in "${budgets[@]}"; do
   for seed in "${seeds[@]}"; do
-    dvc exp run --queue --force -n "$short-fewshot-$labels$tag-s$seed" -S "corpus.source=$corpus" \
+    queue_experiment "$short-fewshot-$labels$tag-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "plusplus.max_rounds=$rounds" "${precision_args[@]}"
-    dvc exp run --queue --force -n "$short-fewshot-$baseline-$labels$tag-s$seed" -S "corpus.source=$corpus" \
+    queue_experiment "$short-fewshot-$baseline-$labels$tag-s$seed" -S "corpus.source=$corpus" \
       -S "seed=$seed" -S "finetune.labels=$labels" -S "init.method=$baseline" -S loop.max_iterations=0 \
       "${precision_args[@]}"
     if [[ "$control" == 1 && ( "$labels" == "${budgets[0]}" || "$labels" == "${budgets[-1]}" ) ]]; then
       for ((round = 2; round <= rounds; round++)); do
-        dvc exp run --queue --force -n "$short-fewshot-$labels-e$((round * epochs))$tag-s$seed" -S "corpus.source=$corpus" \
+        queue_experiment "$short-fewshot-$labels-e$((round * epochs))$tag-s$seed" -S "corpus.source=$corpus" \
           -S "seed=$seed" -S "finetune.labels=$labels" -S "finetune.epochs=$((round * epochs))" "${precision_args[@]}"
       done
     fi

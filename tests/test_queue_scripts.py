@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 def copy(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("queue")
     (root / "scripts").mkdir()
-    for name in ("queue_comparison.sh", "queue_fewshot.sh"):
+    for name in ("queue_comparison.sh", "queue_fewshot.sh", "queue_experiment.sh"):
         shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
     shutil.copy(REPO / "params.yaml", root / "params.yaml")
     return root
@@ -62,7 +62,8 @@ def test_the_few_shot_queue_sets_every_precision_and_tags_every_name_in_a_real_d
     """PRECISION=fp32 must reach each section's params, finetune's too (absent from params.yaml), and
     TAG every name: queued for real in a scratch DVC project, read back with `dvc exp show`."""
     (tmp_path / "scripts").mkdir()
-    shutil.copy(REPO / "scripts/queue_fewshot.sh", tmp_path / "scripts/queue_fewshot.sh")
+    for name in ("queue_fewshot.sh", "queue_experiment.sh"):
+        shutil.copy(REPO / "scripts" / name, tmp_path / "scripts" / name)
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     sections = ("embed", "evaluate", "train", "finetune")
     (tmp_path / "dvc.yaml").write_text("stages:\n  show:\n    cmd: python -c pass\n    params:\n"
