@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,24 +59,29 @@ def test_the_few_shot_queue_knows_every_baseline_annotator():
     assert tuple(line.split('"')[1].split()) == ANNOTATORS
 
 
-def test_the_few_shot_queue_sets_every_precision_and_tags_every_name_in_a_real_dvc_queue(tmp_path):
-    """PRECISION=fp32 must reach each section's params, finetune's too (absent from params.yaml), and
-    TAG every name: queued for real in a scratch DVC project, read back with `dvc exp show`."""
-    (tmp_path / "scripts").mkdir()
+def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unchanged_stages(tmp_path):
+    """Queued for real in a scratch DVC project and run: PRECISION=fp32 reaches each section's params
+    (finetune's too, absent from params.yaml), TAG every name, and a stage whose params the runs share
+    runs once (DVC's run cache; a forced experiment would rerun it in each)."""
+    project, count = tmp_path / "project", tmp_path / "upstream-ran"
+    (project / "scripts").mkdir(parents=True)
     for name in ("queue_fewshot.sh", "queue_experiment.sh"):
-        shutil.copy(REPO / "scripts" / name, tmp_path / "scripts" / name)
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+        shutil.copy(REPO / "scripts" / name, project / "scripts" / name)
+    shutil.copy(REPO / "params.yaml", project / "params.yaml")
     sections = ("embed", "evaluate", "train", "finetune")
-    (tmp_path / "dvc.yaml").write_text("stages:\n  show:\n    cmd: python -c pass\n    params:\n"
-                                       + "".join(f"      - {section}\n" for section in sections))
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "upstream": {"cmd": f"echo ran >> {count} && echo up > up.txt", "outs": ["up.txt"],
+                     "params": ["init", "loop", "seed", "embed", "evaluate", "train"]},
+        "finetune": {"cmd": "cp up.txt down.txt", "deps": ["up.txt"], "outs": ["down.txt"], "params": ["finetune"]}}}))
+    (project / ".gitignore").write_text("up.txt\ndown.txt\n")
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
     for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"],
                     [*git, "commit", "-qm", "init"]):
-        subprocess.run(command, cwd=tmp_path, check=True, capture_output=True)
-    result = run_script(tmp_path, "queue_fewshot.sh", ["neighbours", "manpages"],
+        subprocess.run(command, cwd=project, check=True, capture_output=True)
+    result = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"],
                         {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"})
     assert result.returncode == 0, result.stderr
-    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=tmp_path, check=True,
+    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=project, check=True,
                                       capture_output=True, text=True).stdout)
     queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
               for commit in shown for experiment in commit.get("experiments") or []}
@@ -83,3 +89,7 @@ def test_the_few_shot_queue_sets_every_precision_and_tags_every_name_in_a_real_d
     for name, params in queued.items():
         precisions = {section: params[section].get("precision") for section in sections}
         assert precisions == dict.fromkeys(sections, "fp32"), name
+    subprocess.run(["dvc", "exp", "run", "--run-all", "-j", "1"], cwd=project, check=True, capture_output=True,
+                   timeout=300)
+    # InfoCSE and its control (finetune.epochs) share the upstream stage; the baseline (init.method) does not
+    assert count.read_text().split() == ["ran", "ran"]
