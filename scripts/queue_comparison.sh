@@ -28,9 +28,11 @@
 #            <corpus>-mix3i-... / -mix3c-...); e.g. the curve over sources:
 #            `MIX_SOURCES="2 4 8" MIX_ORDERS=interleaved MIX_CONTROL=0 bash scripts/queue_comparison.sh mixed`
 # Corpora default to "bbc manpages" (sweep, mixed: manpages). Each experiment is named
-# <corpus>-<row>[-<budget>][-<TAG>]-s<seed>; an existing experiment of the name is replaced, so give runs of
-# new code a TAG (e.g. TAG=fixed) rather than overwrite older run files. With ONLY_MISSING=1, a
-# name that already has a run file in results/runs is not queued (to resume a queue that died).
+# <corpus>-<row>[-<budget>][-<TAG>]-s<seed>. An experiment of the same name at this commit is replaced
+# once it has a run file, and refused otherwise (scripts/queue_experiment.sh); export_runs refuses to
+# replace a run file with other content, so give runs of new code a TAG (e.g. TAG=fixed). With
+# ONLY_MISSING=1, a name that already has a run file in results/runs is not queued (to resume a queue
+# that died: export what finished first).
 # SEEDS (default "0 1 2") replaces the seeds of every set: SEEDS="3 4" TAG=fixed ... main manpages
 # adds seeds 3 and 4 where reports/paper_tables.md asks for them.
 # PRECISION=fp32 (or bf16) sets embed, evaluate and train precision instead of `auto` (bf16 on a CPU with

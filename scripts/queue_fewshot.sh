@@ -20,10 +20,12 @@
 #
 #   BUDGETS="100 all" ROUNDS=2 SEEDS="0" CONTROL=0 bash scripts/queue_fewshot.sh neighbours manpages
 #
-# ONLY_MISSING=1 skips each name that has a run file in results/runs (to resume a queue that died).
-# TAG=pp puts "-pp" before "-s<seed>" in every name: runs whose params differ from a run file of the
-# same name need new names (export_runs never replaces a run file with other content), e.g. InfoCSE++
-# at a budget first run with ROUNDS=1: `TAG=pp BUDGETS=all bash scripts/queue_fewshot.sh neighbours manpages`.
+# ONLY_MISSING=1 skips each name that has a run file in results/runs (to resume a queue that died:
+# export what finished first). An experiment of the same name at this commit is replaced once it has
+# a run file, and refused otherwise (scripts/queue_experiment.sh). TAG=pp puts "-pp" before
+# "-s<seed>" in every name: runs whose params differ from a run file of the same name need new names
+# (export_runs refuses to replace a run file with other content), e.g. InfoCSE++ at a budget first
+# run with ROUNDS=1: `TAG=pp BUDGETS=all bash scripts/queue_fewshot.sh neighbours manpages`.
 #
 # PRECISION=fp32 (or bf16) sets embed, evaluate, train and finetune precision instead of `auto` (bf16
 # on a CPU with bf16 units): the reports compare runs by the precision they ran in, so PRECISION=fp32
@@ -52,7 +54,8 @@ precision_args=()
 case "${PRECISION:-auto}" in
   auto) ;;
   # `++`: add or override; params.yaml leaves finetune.precision at its default (auto), so plain -S fails
-  fp32|bf16) for section in embed evaluate train finetune; do precision_args+=(-S "++$section.precision=$PRECISION"); done ;;
+  fp32|bf16)
+    for section in embed evaluate train finetune; do precision_args+=(-S "++$section.precision=$PRECISION"); done ;;
   *) echo "PRECISION must be auto, fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
 esac
 epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"

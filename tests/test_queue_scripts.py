@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,17 @@ def copy(tmp_path_factory) -> Path:
     return root
 
 
+PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])  # this venv's dvc
+
+
 def run_script(copy: Path, script: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", f"scripts/{script}", *args], cwd=copy, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=60)
+                          env={**os.environ, "PATH": PATH, **env}, timeout=60)
+
+
+def dvc(project: Path, *args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=project, check=True, capture_output=True,
+                          text=True, env={**os.environ, "PATH": PATH}, timeout=300).stdout
 
 
 @pytest.mark.parametrize(("script", "args", "env", "message"), [
@@ -43,6 +52,8 @@ def run_script(copy: Path, script: str, args: list[str], env: dict[str, str]) ->
     ("queue_fewshot.sh", ["neighbours"], {"BUDGETS": "100 0"}, "BUDGETS must be"),
     ("queue_fewshot.sh", ["neighbours"], {"BUDGETS": "100 some"}, "BUDGETS must be"),
     ("queue_fewshot.sh", ["neighbours"], {"CONTROL": "yes"}, "CONTROL must be 0 or 1"),
+    ("queue_fewshot.sh", ["neighbours"], {"ONLY_MISSING": "yes"}, "ONLY_MISSING must be 0 or 1"),
+    ("queue_comparison.sh", ["main"], {"TAG": "a b"}, "TAG must be letters, digits or _"),
     ("queue_fewshot.sh", ["neighbours"], {"PRECISION": "half"}, "PRECISION must be auto, fp32 or bf16"),
 ])
 def test_a_bad_setting_exits_2_naming_it_before_anything_is_queued(copy, script, args, env, message):
@@ -61,8 +72,9 @@ def test_the_few_shot_queue_knows_every_baseline_annotator():
 
 def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unchanged_stages(tmp_path):
     """Queued for real in a scratch DVC project and run: PRECISION=fp32 reaches each section's params
-    (finetune's too, absent from params.yaml), TAG every name, and a stage whose params the runs share
-    runs once (DVC's run cache; a forced experiment would rerun it in each)."""
+    (finetune's too, absent from params.yaml), TAG every name, a stage whose params the runs share
+    runs once (DVC's run cache; a forced experiment would rerun it in each), and a name queued again
+    is skipped (ONLY_MISSING), refused (queued, or ran without a run file) or replaced (exported)."""
     project, count = tmp_path / "project", tmp_path / "upstream-ran"
     (project / "scripts").mkdir(parents=True)
     for name in ("queue_fewshot.sh", "queue_experiment.sh"):
@@ -73,23 +85,35 @@ def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unch
         "upstream": {"cmd": f"echo ran >> {count} && echo up > up.txt", "outs": ["up.txt"],
                      "params": ["init", "loop", "seed", "embed", "evaluate", "train"]},
         "finetune": {"cmd": "cp up.txt down.txt", "deps": ["up.txt"], "outs": ["down.txt"], "params": ["finetune"]}}}))
-    (project / ".gitignore").write_text("up.txt\ndown.txt\n")
+    (project / ".gitignore").write_text("up.txt\ndown.txt\nresults\n")
     git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    for command in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"],
-                    [*git, "commit", "-qm", "init"]):
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    dvc(project, "init", "-q")
+    for command in (["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
         subprocess.run(command, cwd=project, check=True, capture_output=True)
-    result = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"],
-                        {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"})
+    settings = {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"}
+    result = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"], settings)
     assert result.returncode == 0, result.stderr
-    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], cwd=project, check=True,
-                                      capture_output=True, text=True).stdout)
     queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
-              for commit in shown for experiment in commit.get("experiments") or []}
-    assert set(queued) == {"man-fewshot-100-pp-s0", "man-fewshot-neighbours-100-pp-s0", "man-fewshot-100-e6-pp-s0"}
+              for commit in json.loads(dvc(project, "exp", "show", "--json"))
+              for experiment in commit.get("experiments") or []}
+    infocse, baseline, control = "man-fewshot-100-pp-s0", "man-fewshot-neighbours-100-pp-s0", "man-fewshot-100-e6-pp-s0"
+    assert set(queued) == {infocse, baseline, control}
     for name, params in queued.items():
         precisions = {section: params[section].get("precision") for section in sections}
         assert precisions == dict.fromkeys(sections, "fp32"), name
-    subprocess.run(["dvc", "exp", "run", "--run-all", "-j", "1"], cwd=project, check=True, capture_output=True,
-                   timeout=300)
+
+    (project / "results/runs").mkdir(parents=True)
+    (project / f"results/runs/{infocse}.json").write_text("{}")  # as if exported
+    again = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"], {**settings, "ONLY_MISSING": "1"})
+    assert again.returncode == 1 and f"skip {infocse}" in again.stdout
+    assert f"{baseline} is already queued" in again.stderr
+
+    dvc(project, "exp", "run", "--run-all", "-j", "1")
     # InfoCSE and its control (finetune.epochs) share the upstream stage; the baseline (init.method) does not
     assert count.read_text().split() == ["ran", "ran"]
+
+    again = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"], settings)
+    assert again.returncode == 1 and f"{baseline} ran at this commit but has no run file" in again.stderr
+    status = [line.split() for line in dvc(project, "queue", "status").splitlines()]
+    assert [row[-1] for row in status if row[1:2] == [infocse]].count("Queued") == 1  # the exported one: replaced
