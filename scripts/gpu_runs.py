@@ -70,6 +70,12 @@ def set_dotted(params: dict, dotted: str, value) -> None:
     node[keys[-1]] = value
 
 
+def is_code(path: str) -> bool:
+    """Whether CODE_GLOBS finds `path` (a commit's file list; `**/` also matches no folder)."""
+    return any(fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(path, pattern.replace("**/", ""))
+               for pattern in CODE_GLOBS)
+
+
 def code_md5(root: Path) -> dict[str, str]:
     files = sorted({p for pattern in CODE_GLOBS for p in root.glob(pattern) if p.is_file()})
     return {str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest() for p in files}
@@ -375,9 +381,8 @@ def import_runs(args: argparse.Namespace) -> int:
             ran = record["code_md5"]
             commit = record.get("commit", plan_commit)  # older records lack it: the bundle's current plan
             if commit not in facts:
-                read = git_reader(commit)[0]
-                facts[commit] = ({path: md5(content) for path in ran if (content := read(path)) is not None},
-                                 params_at(commit))
+                read, listing = git_reader(commit)
+                facts[commit] = ({path: md5(read(path)) for path in listing if is_code(path)}, params_at(commit))
             at_commit, defaults = facts[commit]
             differs = sorted(p for p in set(ran) | set(at_commit) if ran.get(p) != at_commit.get(p))
             run = {**run_file(record["name"], SOURCE, commit, None, record["finished_at"], record["params"],

@@ -48,6 +48,16 @@ def test_a_runs_corpus_is_the_prepare_stages_for_its_seed(tmp_path):
     assert yaml.safe_load((work / "params.yaml").read_text()) == entry["params"]
 
 
+def committed_code(rev: str) -> dict[str, str]:
+    """md5 of each pipeline code file (stages/*.py, infocse/**/*.py, dvc.yaml) at commit `rev`."""
+    listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "--", "stages", "infocse", "dvc.yaml"],
+                             cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    paths = [p for p in listing if p == "dvc.yaml" or p.endswith(".py") and (p.startswith("infocse/")
+                                                                           or p.count("/") == 1)]
+    return {p: hashlib.md5(subprocess.run(["git", "show", f"{rev}:{p}"], cwd=REPO, capture_output=True,
+                                          check=True).stdout).hexdigest() for p in paths}
+
+
 def record(name: str, code: dict, **extra) -> dict:
     retrieval = {"val": {"mrr@10": 0.7}, "test": {"recall@1": 0.6, "mrr@10": 0.7}}
     params = copy.deepcopy(yaml.safe_load((REPO / "params.yaml").read_text()))
@@ -61,22 +71,22 @@ def record(name: str, code: dict, **extra) -> dict:
 def test_import_writes_run_files_that_name_the_code_that_differed_and_skips_failed_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    code = {}
-    for path in ("infocse/idc.py", "stages/train.py"):
-        committed = subprocess.run(["git", "show", f"{head}:{path}"], capture_output=True, check=True).stdout
-        code[path] = hashlib.md5(committed).hexdigest()
+    code = committed_code(head)
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "plan.json").write_text(json.dumps({"commit": head, "code_md5": code, "runs": []}))
     changed = {**code, "infocse/idc.py": "0" * 32}
+    deleted = {path: md5 for path, md5 in code.items() if path != "stages/train.py"}
     results = tmp_path / "runs.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in [
-        record("same-code-s0", code), record("changed-code-s0", changed),
+        record("same-code-s0", code), record("changed-code-s0", changed), record("deleted-code-s0", deleted),
         record("failed-s0", code, error="RuntimeError: python -m stages.train exited with 1")]))
 
     runs_dir = tmp_path / "results"
     assert gpu_runs.main(["import", str(results), "--bundle", str(bundle), "--runs-dir", str(runs_dir)]) == 0
-    assert sorted(p.name for p in runs_dir.iterdir()) == ["changed-code-s0.json", "same-code-s0.json"]
+    assert sorted(p.name for p in runs_dir.iterdir()) == ["changed-code-s0.json", "deleted-code-s0.json",
+                                                          "same-code-s0.json"]
+    assert json.loads((runs_dir / "deleted-code-s0.json").read_text())["uncommitted_code"] == ["stages/train.py"]
     same = json.loads((runs_dir / "same-code-s0.json").read_text())
     assert same["source"] == gpu_runs.SOURCE and same["commit"] == head and same["uncommitted_code"] == []
     assert same["params_changed"]["seed_model"] == gpu_runs.SEED_MODEL_FOLDER
@@ -95,7 +105,8 @@ def test_import_takes_each_results_commit_from_its_record_not_the_bundles_curren
     head = git("rev-parse", "HEAD").decode().strip()
     last_change = git("log", "-n", "1", "--format=%H", "--", "infocse/idc.py").decode().strip()
     older = git("rev-parse", f"{last_change}~1").decode().strip()  # idc.py differs there from HEAD
-    code = {"infocse/idc.py": hashlib.md5(git("show", f"{older}:infocse/idc.py")).hexdigest()}
+    code = committed_code(older)
+    assert code["infocse/idc.py"] != committed_code(head)["infocse/idc.py"]
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "plan.json").write_text(json.dumps({"commit": head, "code_md5": {}, "runs": []}))  # a later plan
