@@ -79,7 +79,7 @@ def test_import_writes_run_files_that_name_the_code_that_differed_and_skips_fail
     deleted = {path: md5 for path, md5 in code.items() if path != "stages/train.py"}
     results = tmp_path / "runs.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in [
-        record("same-code-s0", code), record("changed-code-s0", changed), record("deleted-code-s0", deleted),
+        record("deleted-code-s0", deleted), record("same-code-s0", code), record("changed-code-s0", changed),
         record("failed-s0", code, error="RuntimeError: python -m stages.train exited with 1")]))
 
     runs_dir = tmp_path / "results"
