@@ -13,8 +13,9 @@
 #            (CONPONO-style)
 # larger:    seeds 0 1 2: all-mpnet-base-v2 scored as it is (the seed model set to it, no training; the
 #            model a user would pick instead; needs `bash scripts/install.sh --mpnet`)
-# ablations: seed 0: K=2, K=3, InfoCSE from each init (neighbours, simcse, ict), round 1 mined by
-#            all-mpnet-base-v2; seeds 0 1 2: IDC K-means
+# ablations: seed 0 (SEEDS if given): K=2, K=3, InfoCSE from each init (neighbours, simcse, ict),
+#            round 1 mined by all-mpnet-base-v2, three iterations with patience for all three
+#            (convergence); seeds 0 1 2: IDC K-means
 # init:      seeds 0 1 2: InfoCSE from each init (INITS="neighbours simcse ict" by default), beside the
 #            main set's one round of that baseline (whose init stage the run cache restores)
 # sweep:     the pair budget, InfoCSE and neighbour pairs at the same budget, seeds 0 1 2: 2,560 pairs at
@@ -33,7 +34,8 @@
 # replace a run file with other content, so give runs of new code a TAG (e.g. TAG=fixed). With
 # ONLY_MISSING=1, a name that already has a run file in results/runs is not queued (to resume a queue
 # that died: export what finished first).
-# SEEDS (default "0 1 2") replaces the seeds of every set: SEEDS="3 4" TAG=fixed ... main manpages
+# SEEDS (default "0 1 2"; 0 for the ablations' one-seed studies) replaces the seeds of every set:
+# SEEDS="3 4" TAG=fixed ... main manpages
 # adds seeds 3 and 4 where reports/paper_tables.md asks for them.
 # PRECISION=fp32 (or bf16) sets embed, evaluate and train precision instead of `auto` (bf16 on a CPU with
 # bf16 units): the reports compare runs by the precision they ran in (reports/precision.md sets bf16
@@ -128,11 +130,16 @@ for corpus in "${corpora[@]}"; do
     for seed in "${seeds[@]}"; do
       queue "$short-kmeans-s$seed" "corpus.source=$corpus" "seed=$seed" "idc.method=kmeans"
     done
-    for k in 2 3; do
-      queue "$short-k$k-s0" "corpus.source=$corpus" "seed=0" "idc.k=$k"
+    read -ra study_seeds <<< "${SEEDS:-0}"  # one seed unless more are asked for
+    for seed in "${study_seeds[@]}"; do
+      for k in 2 3; do
+        queue "$short-k$k-s$seed" "corpus.source=$corpus" "seed=$seed" "idc.k=$k"
+      done
+      queue_inits "$seed" neighbours simcse ict
+      queue "$short-sbert-round1-s$seed" "corpus.source=$corpus" "seed=$seed" "idc.first_round_annotator=all-mpnet-base-v2"
+      # params.yaml lists iterations 1 and 2 (DVC templates have no arithmetic): add the third
+      queue "$short-iter3-s$seed" "corpus.source=$corpus" "seed=$seed" "loop.patience=3" "++iterations.3.prev=2"
     done
-    queue_inits 0 neighbours simcse ict
-    queue "$short-sbert-round1-s0" "corpus.source=$corpus" "seed=0" "idc.first_round_annotator=all-mpnet-base-v2"
   fi
   if [[ "$set_name" == init ]]; then
     read -ra inits <<< "${INITS:-neighbours simcse ict}"

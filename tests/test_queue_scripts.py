@@ -117,3 +117,33 @@ def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unch
     assert again.returncode == 1 and f"{baseline} ran at this commit but has no run file" in again.stderr
     status = [line.split() for line in dvc(project, "queue", "status").splitlines()]
     assert [row[-1] for row in status if row[1:2] == [infocse]].count("Queued") == 1  # the exported one: replaced
+
+
+def test_the_ablations_run_their_one_seed_studies_at_the_seeds_asked_for(tmp_path):
+    """SEEDS reaches every study of the ablations set (it once queued K, the inits and SBERT at seed 0
+    whatever SEEDS said), and the convergence study adds a third iteration with patience for all three."""
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    for name in ("queue_comparison.sh", "queue_experiment.sh"):
+        shutil.copy(REPO / "scripts" / name, project / "scripts" / name)
+    shutil.copy(REPO / "params.yaml", project / "params.yaml")
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "select": {"cmd": "echo select", "params": ["seed"]}, "report": {"cmd": "echo report", "params": ["seed"]}}}))
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    dvc(project, "init", "-q")
+    for command in (["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
+        subprocess.run(command, cwd=project, check=True, capture_output=True)
+    result = run_script(project, "queue_comparison.sh", ["ablations", "manpages"], {"SEEDS": "1 4", "PRECISION": "fp32"})
+    assert result.returncode == 0, result.stderr
+    queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
+              for commit in json.loads(dvc(project, "exp", "show", "--json"))
+              for experiment in commit.get("experiments") or []}
+    studies = ("kmeans", "k2", "k3", "infocse-init-neighbours", "infocse-init-simcse", "infocse-init-ict",
+               "sbert-round1", "iter3")
+    assert set(queued) == {f"man-{study}-s{seed}" for study in studies for seed in (1, 4)}
+    assert {name: params["seed"] for name, params in queued.items()} == {name: int(name[-1]) for name in queued}
+    iter3 = queued["man-iter3-s4"]
+    assert iter3["iterations"] == {"1": {"prev": 0}, "2": {"prev": 1}, "3": {"prev": 2}}
+    assert iter3["loop"]["patience"] == 3 and iter3["embed"]["precision"] == "fp32"
+    assert queued["man-k3-s1"]["idc"]["k"] == 3
