@@ -40,6 +40,29 @@ def dvc(project: Path, *args: str) -> str:
                           text=True, env={**os.environ, "PATH": PATH}, timeout=300).stdout
 
 
+def scratch_project(project: Path, scripts: tuple[str, ...], stages: dict, ignored: str = "") -> Path:
+    """A committed git + DVC project holding the queue scripts, params.yaml and `stages` as dvc.yaml."""
+    (project / "scripts").mkdir(parents=True)
+    for name in scripts:
+        shutil.copy(REPO / "scripts" / name, project / "scripts" / name)
+    shutil.copy(REPO / "params.yaml", project / "params.yaml")
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    (project / ".gitignore").write_text(ignored)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    dvc(project, "init", "-q")
+    for command in (["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
+        subprocess.run(command, cwd=project, check=True, capture_output=True)
+    return project
+
+
+def queued_params(project: Path) -> dict[str, dict]:
+    """Each queued experiment's params.yaml, by experiment name."""
+    return {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
+            for commit in json.loads(dvc(project, "exp", "show", "--json"))
+            for experiment in commit.get("experiments") or []}
+
+
 @pytest.mark.parametrize(("script", "args", "env", "message"), [
     ("queue_comparison.sh", ["nope"], {}, "unknown set 'nope'"),
     ("queue_comparison.sh", ["main"], {"SEEDS": "0 x"}, "SEEDS: 'x'"),
@@ -75,28 +98,17 @@ def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unch
     (finetune's too, absent from params.yaml), TAG every name, a stage whose params the runs share
     runs once (DVC's run cache; a forced experiment would rerun it in each), and a name queued again
     is skipped (ONLY_MISSING), refused (queued, or ran without a run file) or replaced (exported)."""
-    project, count = tmp_path / "project", tmp_path / "upstream-ran"
-    (project / "scripts").mkdir(parents=True)
-    for name in ("queue_fewshot.sh", "queue_experiment.sh"):
-        shutil.copy(REPO / "scripts" / name, project / "scripts" / name)
-    shutil.copy(REPO / "params.yaml", project / "params.yaml")
-    sections = ("embed", "evaluate", "train", "finetune")
-    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+    count = tmp_path / "upstream-ran"
+    project = scratch_project(tmp_path / "project", ("queue_fewshot.sh", "queue_experiment.sh"), {
         "upstream": {"cmd": f"echo ran >> {count} && echo up > up.txt", "outs": ["up.txt"],
                      "params": ["init", "loop", "seed", "embed", "evaluate", "train"]},
-        "finetune": {"cmd": "cp up.txt down.txt", "deps": ["up.txt"], "outs": ["down.txt"], "params": ["finetune"]}}}))
-    (project / ".gitignore").write_text("up.txt\ndown.txt\nresults\n")
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    dvc(project, "init", "-q")
-    for command in (["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
-        subprocess.run(command, cwd=project, check=True, capture_output=True)
+        "finetune": {"cmd": "cp up.txt down.txt", "deps": ["up.txt"], "outs": ["down.txt"], "params": ["finetune"]}},
+        ignored="up.txt\ndown.txt\nresults\n")
+    sections = ("embed", "evaluate", "train", "finetune")
     settings = {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"}
     result = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"], settings)
     assert result.returncode == 0, result.stderr
-    queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
-              for commit in json.loads(dvc(project, "exp", "show", "--json"))
-              for experiment in commit.get("experiments") or []}
+    queued = queued_params(project)
     infocse, baseline, control = "man-fewshot-100-pp-s0", "man-fewshot-neighbours-100-pp-s0", "man-fewshot-100-e6-pp-s0"
     assert set(queued) == {infocse, baseline, control}
     for name, params in queued.items():
@@ -122,23 +134,11 @@ def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unch
 def test_the_ablations_run_their_one_seed_studies_at_the_seeds_asked_for(tmp_path):
     """SEEDS reaches every study of the ablations set (it once queued K, the inits and SBERT at seed 0
     whatever SEEDS said), and the convergence study adds a third iteration with patience for all three."""
-    project = tmp_path / "project"
-    (project / "scripts").mkdir(parents=True)
-    for name in ("queue_comparison.sh", "queue_experiment.sh"):
-        shutil.copy(REPO / "scripts" / name, project / "scripts" / name)
-    shutil.copy(REPO / "params.yaml", project / "params.yaml")
-    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
-        "select": {"cmd": "echo select", "params": ["seed"]}, "report": {"cmd": "echo report", "params": ["seed"]}}}))
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    dvc(project, "init", "-q")
-    for command in (["git", "add", "-A"], [*git, "commit", "-qm", "init"]):
-        subprocess.run(command, cwd=project, check=True, capture_output=True)
+    project = scratch_project(tmp_path / "project", ("queue_comparison.sh", "queue_experiment.sh"), {
+        "select": {"cmd": "echo select", "params": ["seed"]}, "report": {"cmd": "echo report", "params": ["seed"]}})
     result = run_script(project, "queue_comparison.sh", ["ablations", "manpages"], {"SEEDS": "1 4", "PRECISION": "fp32"})
     assert result.returncode == 0, result.stderr
-    queued = {experiment["name"]: experiment["revs"][0]["data"]["params"]["params.yaml"]["data"]
-              for commit in json.loads(dvc(project, "exp", "show", "--json"))
-              for experiment in commit.get("experiments") or []}
+    queued = queued_params(project)
     studies = ("kmeans", "k2", "k3", "infocse-init-neighbours", "infocse-init-simcse", "infocse-init-ict",
                "sbert-round1", "iter3")
     assert set(queued) == {f"man-{study}-s{seed}" for study in studies for seed in (1, 4)}
