@@ -702,8 +702,10 @@ def render(runs: list[dict]) -> str:
         "Each training document made of 3 source documents (`corpus.mix`, docs/corpora.md): their sentences one "
         "source after another (concatenated) or merged in random order, each source keeping its own order "
         "(interleaved). Evaluation is that of the unmixed corpus, so each method is also paired with itself on the "
-        "unmixed corpus at the same seeds (the seed model's difference is 0 by construction). A pair is right when "
-        "its two sentences come from one source (one category): the share of right pairs in each round's pair table, mean ± sd over seeds; "
+        "unmixed corpus at the same seeds (the seed model's difference is 0 when both runs ran on one machine; on "
+        "CPUs of different models, float rounding can reorder near-tied candidates and move it slightly). A pair "
+        "is right when its two sentences come from one source (one category): the share of right pairs in each "
+        "round's pair table, mean ± sd over seeds; "
         "InfoCSE's round 2 is mined by its round-1 model. SimCSE pairs a sentence with itself, so its pairs are right "
         "by construction: the control for what mixing changes besides the pairs (which sentences the pair budget "
         "samples, which share a batch).", "",
