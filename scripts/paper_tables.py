@@ -606,6 +606,8 @@ INTRO = [
     "GPU runs in mixed precision are in reports/comparison.md). "
     f"GPU runs in fp32 (scripts/gpu_runs.py) start from the seed model's weights rounded to fp16, "
     f"{SEED_MODEL_WEIGHTS[1]}: they are a group of their own, never pooled with runs of the published weights. "
+    "A CPU run in fp32 from that same folder joins their group: the device is not a setting, and fp32 on the GPU "
+    "and on the CPU differ by float rounding alone, as two CPU models do (each run's source is listed at the end). "
     "Per corpus a table uses one group of runs that share every other param too: the newest such group of the "
     "published weights, unless the newest of the fp16-rounded ones covers more of the tables (cells of method, "
     "label budget and seed 0-2); "
