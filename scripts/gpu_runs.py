@@ -4,6 +4,7 @@ what comes back into run files (`results/runs/<name>.json`), as `export_runs` do
     python -m scripts.gpu_runs plan [--set table1|studies] [--corpora bbc manpages] [--seeds 0 1 2]   # here
     python -m scripts.gpu_runs run [--workers 5] [--deadline-seconds S]                        # there
     python -m scripts.gpu_runs import RESULTS.jsonl ...                                        # here
+    python -m scripts.gpu_runs seed-model [DEST]               # the runs' seed model folder, on any machine
 
 `plan` (after `python -m scripts.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
 with its full params and the stage commands `dvc repro --dry --force select` (few-shot runs:
@@ -237,16 +238,29 @@ def plan(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------ run (there)
 
 
-def fp32_seed_model(bundle: Path, dest: Path) -> None:
-    """The bundle's fp16 weights upcast to fp32 and saved once (stages load the stored dtype)."""
+def fp32_seed_model(fp16_model: Path, dest: Path) -> None:
+    """fp16 weights (the bundle's model folder) upcast to fp32 and saved once (stages load the stored dtype)."""
     if (dest / "modules.json").exists():
         return
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(bundle / "model"), device="cpu").float()
+    model = SentenceTransformer(str(fp16_model), device="cpu").float()
     tmp = dest.with_name(dest.name + ".tmp")
     model.save(str(tmp), create_model_card=False)
     tmp.rename(dest)
+
+
+def seed_model_here(dest: Path) -> None:
+    """The same folder as `run` makes there (the bundle's fp16 rounding, upcast), from the published weights:
+    a CPU run with `seed_model: all-MiniLM-L6-v2-fp16` in its working tree joins these runs' group."""
+    from scripts.gpu_bundle import save_fp16_model
+
+    if dest.exists():
+        raise SystemExit(f"{dest} exists: remove it first")
+    with tempfile.TemporaryDirectory() as scratch:
+        save_fp16_model(Path(scratch) / "model")
+        fp32_seed_model(Path(scratch) / "model", dest)
+    print(f"wrote {dest}")
 
 
 def setup_run(entry: dict, bundle: Path, work: Path, model: Path) -> None:
@@ -351,7 +365,7 @@ def run(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(args.runs_dir, ignore_errors=True)
     (args.runs_dir / "claims").mkdir(parents=True)
-    fp32_seed_model(args.bundle, args.runs_dir / SEED_MODEL_FOLDER)
+    fp32_seed_model(args.bundle / "model", args.runs_dir / SEED_MODEL_FOLDER)
     deadline = time.time() + args.deadline_seconds
     threads = str(max(1, (os.cpu_count() or 2) // args.workers))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "HF_HUB_OFFLINE": "1",
@@ -418,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", type=Path, default=Path(os.environ.get("RESULTS_DIR", "gpu-results")))
     r.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     r.add_argument("--deadline-at", type=float, default=None, help=argparse.SUPPRESS)
+    m = sub.add_parser("seed-model", help="write the runs' seed model folder here, from the published weights")
+    m.add_argument("dest", type=Path, nargs="?", default=Path(SEED_MODEL_FOLDER))
     i = sub.add_parser("import")
     i.add_argument("results", nargs="+")
     i.add_argument("--bundle", type=Path, default=BUNDLE)
@@ -428,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         plan(args)
     elif args.command == "run":
         run(args)
+    elif args.command == "seed-model":
+        seed_model_here(args.dest)
     else:
         return import_runs(args)
     return 0

@@ -131,3 +131,29 @@ def test_the_studies_plan_runs_infocse_plusplus_with_its_control_at_the_smallest
                         for labels in (100, "all") for r in (2, 3)}
     assert all(runs[name]["target"] == "select_plusplus" for name in controls)
     assert gpu_runs.tagged("bbc-fewshot-100-gpu-s2", "pp") == "bbc-fewshot-100-pp-gpu-s2"
+
+
+def test_seed_model_here_is_the_published_weights_rounded_to_fp16_in_fp32(tmp_path):
+    """`seed-model` writes the folder GPU runs start from, so a CPU run can join their group: every weight
+    is the published one rounded to fp16, stored as fp32 (oracle: torch's own rounding of the published model)."""
+    import pytest
+    import torch
+
+    from infocse.models import load_model, resolve_model_source
+
+    dest = tmp_path / gpu_runs.SEED_MODEL_FOLDER
+    assert gpu_runs.main(["seed-model", str(dest)]) == 0
+    written = load_model(dest, device="cpu").state_dict()
+    published = load_model(resolve_model_source("all-MiniLM-L6-v2"), device="cpu").state_dict()
+    assert written.keys() == published.keys()
+    rounded = 0
+    for name, tensor in published.items():
+        assert written[name].dtype == tensor.dtype, name
+        if tensor.is_floating_point():
+            assert torch.equal(written[name], tensor.half().float()), name
+            rounded += not torch.equal(written[name], tensor)
+        else:
+            assert torch.equal(written[name], tensor), name
+    assert rounded > 0  # the rounding happened: not a copy of the published weights
+    with pytest.raises(SystemExit, match="exists"):
+        gpu_runs.main(["seed-model", str(dest)])
