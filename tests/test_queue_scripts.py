@@ -31,8 +31,10 @@ PATH = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH",
 
 
 def run_script(copy: Path, script: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The timeout only stops a hang: queueing a dozen experiments, one `dvc exp run --queue` each, took over
+    60 s on a loaded 2-core machine."""
     return subprocess.run(["bash", f"scripts/{script}", *args], cwd=copy, capture_output=True, text=True,
-                          env={**os.environ, "PATH": PATH, **env}, timeout=60)
+                          env={**os.environ, "PATH": PATH, **env}, timeout=600)
 
 
 def dvc(project: Path, *args: str) -> str:
