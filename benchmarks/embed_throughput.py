@@ -38,7 +38,7 @@ def embed_settings() -> tuple[int | None, int, str]:
         embed = load_config().embed
         return embed.batch_size, embed.max_seq_length, embed.precision
     except StageError:  # no params.yaml here: the defaults
-        return 64, 128, "auto"
+        return 64, 128, "fp32"
 
 
 def bbc_sentences(count: int, seed: int = 0) -> tuple[list[str], str]:

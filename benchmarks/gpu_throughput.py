@@ -6,20 +6,20 @@
 On whatever device torch sees (cuda when present), with the pipeline's settings from params.yaml:
 
 1. Embedding all training sentences at `embed.max_seq_length`: the embed stage's function in fp32
-   at batch 64 (what embed@t ran before) and on the fast path (`embed.precision: auto`,
-   `embed.batch_size: auto`), against plain `SentenceTransformer.encode` in fp32 at batch 64 and on
+   at batch 64 (what embed@t ran before) and on the fast path (`--encode-precision`, fp16 on
+   CUDA; `embed.batch_size: auto`), against plain `SentenceTransformer.encode` in fp32 at batch 64 and on
    a copy cast to the fast dtype (`model.to(torch.float16)`) at the fast batch. Rounds alternate (ABCD DCBA ...). Then the fast path at
    other batch sizes and in bf16, and where its time goes: tokenization alone (CPU) and the forward
    passes alone on pre-tokenized batches (GPU).
 2. Training on the same IDC pairs, each run on a fresh copy of the seed model: the train stage's
-   function (`infocse.training.train_at_length`) with `train.precision` fp32 and auto, against a
+   function (`infocse.training.train_at_length`) with precision fp32 and `--train-precision` (bf16 on CUDA), against a
    plain `SentenceTransformerTrainer` (library batch sampler; same loss, batch, learning rate) in
    fp32 and in the fast dtype; plus the model-bound ceiling: a bare loop of the same loss and AdamW
    over pre-tokenized batches, no trainer, no dataloader.
 3. Quality of the fast path: the IDC pairs mined from fast-path embeddings against those from fp32
    embeddings (share of the fp32 pairs mined again; target >= 95%), and val MRR@10 after one
    InfoCSE iteration (`infocse.loop.run_loop`: score, embed, IDC, train, score) with every
-   precision and encoding batch `auto` against every precision fp32 (target: within +-0.005);
+   precision as given and encoding batch `auto` against every precision fp32 (target: within +-0.005);
    a second fp32 run gives the run-to-run spread of fp32 itself.
 
 Each arm records sentences/s or pairs/s (wall time of the call, CUDA synchronised before and after)
@@ -143,10 +143,10 @@ def arm_row(name: str, items: int, seconds: list[float], peaks: list, unit: str)
 
 
 def training_precision(device: str, precision: str) -> str:
-    """What params `train.precision` means on `device`, exactly as the train stage resolves it."""
-    from infocse.training import device_training_precision
+    """params `precision` on `device`, checked exactly as the train stage checks it."""
+    from infocse.models import check_precision
 
-    return device_training_precision(device, precision)
+    return check_precision(device, precision)
 
 
 # ---------------------------------------------------------------- 1. embedding
@@ -157,7 +157,7 @@ def embed_section(model, texts: list[str], device: str, precision: str, rounds: 
     from infocse.models import encode_batch_size, encoding_dtype
 
     fast_batch = encode_batch_size(None, device)
-    dtype = encoding_dtype(device, precision)
+    dtype = encoding_dtype(precision)
     dtype_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
     half = copy.deepcopy(model).to(dtype) if dtype is not None else model
     arms = {
@@ -371,9 +371,9 @@ def nearest_in_document(vectors, doc_ids):
 
 
 def one_iteration(model_folder: str, config, sentences, documents, device: str, fast: bool,
-                  encode_precision: str = "auto", train_precision: str = "auto") -> dict:
+                  encode_precision: str = "fp16", train_precision: str = "bf16") -> dict:
     """Seed score, then one InfoCSE iteration in one process: on the fast path the encoding batches
-    auto and the precisions as given (auto by default), otherwise every precision fp32 at params'
+    auto and the precisions as given, otherwise every precision fp32 at params'
     batches."""
     from infocse.config import LoopConfig
     from infocse.loop import run_loop
@@ -381,11 +381,12 @@ def one_iteration(model_folder: str, config, sentences, documents, device: str, 
 
     replace = dataclasses.replace
     if fast:
-        config = replace(config, embed=replace(config.embed, precision=encode_precision, batch_size=None),
+        config = replace(config, precision=encode_precision,
+                         embed=replace(config.embed, precision=encode_precision, batch_size=None),
                          evaluate=replace(config.evaluate, precision=encode_precision, batch_size=None),
                          train=replace(config.train, precision=train_precision))
     else:
-        config = replace(config, embed=replace(config.embed, precision="fp32"),
+        config = replace(config, precision="fp32", embed=replace(config.embed, precision="fp32"),
                          evaluate=replace(config.evaluate, precision="fp32"), train=replace(config.train, precision="fp32"))
     model = load_model(model_folder, device)
     history, seconds, peak = timed(device, lambda: run_loop(model, config, sentences, documents, device,
@@ -507,8 +508,10 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="seed model name or folder (default: the bundle's, else packaged)")
     parser.add_argument("--corpus", type=Path, default=None, help="prepared corpus folder (documents/sentences.parquet)")
     parser.add_argument("--encode-precision", default=None,
-                        help="the fast path's encoding precision (default auto; --smoke off CUDA: bf16, to run the half path)")
-    parser.add_argument("--train-precision", default="auto", help="the fast path's train.precision")
+                        help="the fast path's encoding precision (default fp16 on CUDA; --smoke off CUDA: bf16, "
+                             "to run the half path)")
+    parser.add_argument("--train-precision", default=None,
+                        help="the fast path's training precision (default bf16 on CUDA, else fp32)")
     parser.add_argument("--train-pairs", type=int, default=None, help="pairs per training run")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds of the embedding arms")
     parser.add_argument("--seed", type=int, default=0)
@@ -535,7 +538,8 @@ def main() -> None:
     device = resolve_device(args.device)
     if args.smoke and not cuda(device):
         torch.set_num_threads(1)  # a small shared CPU: more threads spin against each other and stall
-    encode_precision = args.encode_precision or ("auto" if cuda(device) or not args.smoke else "bf16")
+    encode_precision = args.encode_precision or ("fp16" if cuda(device) or not args.smoke else "bf16")
+    args.train_precision = args.train_precision or ("bf16" if cuda(device) else "fp32")
     config = benchmark_config(args)
     results = {"command": " ".join(["python -m benchmarks.gpu_throughput", *sys.argv[1:]]),
                "environment": environment(device), "bundle_packages": from_bundle, "sizes": args.sizes,

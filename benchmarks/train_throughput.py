@@ -76,9 +76,9 @@ def plain_training(model, pairs: pd.DataFrame, train: TrainingConfig, seed: int,
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    from infocse.training import device_training_precision
+    from infocse.models import check_precision
 
-    precision = device_training_precision(device, train.precision)
+    precision = check_precision(device, train.precision)
     dataset = Dataset.from_dict({"anchor": pairs["text_a"].tolist(), "positive": pairs["text_b"].tolist()})
     loss = MultipleNegativesRankingLoss(model, scale=1.0 / train.temperature,
                                         directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
@@ -109,7 +109,8 @@ def main() -> None:
         args.pairs, args.rounds, train = 64, 1, dataclasses.replace(train, batch_size=16)
     if args.batch_size:
         train = dataclasses.replace(train, batch_size=args.batch_size)
-    from infocse.training import device_training_precision, train_on_pairs  # the stage's own function
+    from infocse.models import check_precision
+    from infocse.training import train_on_pairs  # the stage's own function
 
     device = resolve_device(args.device)
     source_model = resolve_model_source(args.model)
@@ -117,7 +118,7 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, device {device}, "
           f"torch threads {torch.get_num_threads()}")
     print(f"model {args.model}; {len(pairs):,} pairs from {pairs['doc_id'].nunique():,} documents ({source}); "
-          f"train {train}; precision {device_training_precision(device, train.precision)}; {args.rounds} rounds")
+          f"train {train}; precision {check_precision(device, train.precision)}; {args.rounds} rounds")
 
     def fresh_model():
         model = load_model(source_model, device)

@@ -28,7 +28,8 @@ ENGINES = ("local", "ray")
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
 FINETUNE_SOURCES = ("fewshot", "file")
 SPLITS = ("fewshot", "val", "test")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+SECTION_PRECISIONS = ("embed", "train", "evaluate", "finetune")  # where older params.yaml files set it
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 SAMPLERS = ("greedy", "spread")
 
@@ -74,7 +75,7 @@ class EngineConfig:
 class EmbedConfig:
     batch_size: int | None  # None: auto (by device: infocse.models.encode_batch_size)
     max_seq_length: int
-    precision: str  # auto (fp16 on CUDA, bf16 on a CPU with AMX / AVX-512 BF16, else fp32) | fp32 | fp16 | bf16
+    precision: str  # params `precision`
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class TrainingConfig:
     epochs: int
     devices: int
     sampler: str  # greedy | spread: how document-disjoint batches are filled
-    precision: str  # auto (bf16 on a CUDA device or a CPU that has it, else fp32) | fp32 | bf16 | fp16
+    precision: str  # params `precision`: fp32 | bf16 | fp16 (checked against the device by the stage)
     launcher: str  # the command dvc.yaml runs the train stage with: python, or torchrun for `devices` > 1
 
 
@@ -107,7 +108,7 @@ class EvaluateConfig:
     metric: str
     batch_size: int | None  # None: auto, as embed.batch_size
     max_seq_length: int
-    precision: str
+    precision: str  # params `precision`
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class PlusPlusConfig:
 class Config:
     seed_model: str
     device: str
+    precision: str  # fp32 | bf16 | fp16: what every stage encodes and trains in (infocse.models.check_precision)
     seed: int
     corpus: CorpusConfig
     split: dict[str, float]
@@ -297,7 +299,7 @@ def _encode_batch_size(read: _Reader, dotted: str) -> int | None:
     return value
 
 
-def _training(read: _Reader, section: str) -> TrainingConfig:
+def _training(read: _Reader, section: str, precision: str) -> TrainingConfig:
     batch_size = read.integer(f"{section}.batch_size", minimum=2)
     devices = read.integer(f"{section}.devices", default=1)
     if batch_size % devices:
@@ -312,7 +314,7 @@ def _training(read: _Reader, section: str) -> TrainingConfig:
         epochs=read.integer(f"{section}.epochs"),
         devices=devices,
         sampler=read.choice(f"{section}.sampler", SAMPLERS, default="greedy"),
-        precision=read.choice(f"{section}.precision", PRECISIONS, default="auto"),
+        precision=precision,
         launcher=read.text(f"{section}.launcher", default="python"),
     )
 
@@ -327,6 +329,12 @@ def parse_config(raw: dict) -> Config:
     if not isinstance(device, str) or not DEVICE_PATTERN.match(device):
         read.bad("device", "auto, cpu, cuda or cuda:N", device)
         device = "cpu"
+    precision = read.choice("precision", PRECISIONS, default="fp32")
+    for section in SECTION_PRECISIONS:  # one value for every stage now, and no `auto` that differs by machine
+        old = read.value(f"{section}.precision", None)
+        if old is not None:
+            read.problems.append(f"params `{section}.precision` ({old!r}) is now the one top-level `precision` that "
+                                 "every stage reads: fp32 (default), bf16 or fp16")
     seed = read.integer("seed", minimum=0)
 
     corpus = CorpusConfig(
@@ -373,8 +381,7 @@ def parse_config(raw: dict) -> Config:
             partition_sentences=read.integer("engine.partition_sentences", default=50000),
             actors=None if actors == "auto" else actors,
         )
-    embed = EmbedConfig(_encode_batch_size(read, "embed.batch_size"), read.integer("embed.max_seq_length"),
-                        read.choice("embed.precision", PRECISIONS, default="auto"))
+    embed = EmbedConfig(_encode_batch_size(read, "embed.batch_size"), read.integer("embed.max_seq_length"), precision)
     idc = IdcConfig(
         method=read.choice("idc.method", IDC_METHODS, default="partition"),
         k=read.integer("idc.k"),
@@ -382,15 +389,14 @@ def parse_config(raw: dict) -> Config:
         first_round_annotator=read.text("idc.first_round_annotator", default="current"),
         block_rows=read.integer("idc.block_rows", default=4096),
     )
-    train = _training(read, "train")
+    train = _training(read, "train", precision)
     evaluate = EvaluateConfig(read.choice("evaluate.metric", METRICS), _encode_batch_size(read, "evaluate.batch_size"),
-                              read.integer("evaluate.max_seq_length"),
-                              read.choice("evaluate.precision", PRECISIONS, default="auto"))
+                              read.integer("evaluate.max_seq_length"), precision)
     finetune = FinetuneConfig(
         labels=read.integer("finetune.labels", allow_all=True),
         source=read.choice("finetune.source", FINETUNE_SOURCES, default="fewshot"),
         path=read.text("finetune.path", default="corpus"),
-        training=_training(read, "finetune"),
+        training=_training(read, "finetune", precision),
     )
     plusplus = PlusPlusConfig(
         patience=read.integer("plusplus.patience"),
@@ -404,8 +410,8 @@ def parse_config(raw: dict) -> Config:
                          for name in read.unknown())
     if read.problems:
         raise StageError("\n".join(read.problems))
-    return Config(seed_model=seed_model, device=device, seed=seed, corpus=corpus, split=split, init_method=init_method,
-                  annotators=annotators, budget=budget, engine=engine, embed=embed, idc=idc, train=train,
+    return Config(seed_model=seed_model, device=device, precision=precision, seed=seed, corpus=corpus, split=split,
+                  init_method=init_method, annotators=annotators, budget=budget, engine=engine, embed=embed, idc=idc, train=train,
                   evaluate=evaluate, finetune=finetune, plusplus=plusplus, bootstrap_samples=bootstrap_samples,
                   loop=loop, iterations=iterations)
 

@@ -24,15 +24,15 @@ def embed_sentences(model, texts: list[str], batch_size: int | None, show_progre
                     precision: str = "fp32") -> np.ndarray:
     """`model.encode` sorts by length internally and restores the input order.
 
-    `batch_size` None is params `auto` (by device); `precision` is params `embed.precision` or
-    `evaluate.precision`. In fp32 this is the plain `encode` call, so its output is what it always
+    `batch_size` None is params `auto` (by device); `precision` is params `precision` (the stage
+    checked it against the device: `infocse.models.check_precision`). In fp32 this is the plain `encode` call, so its output is what it always
     was. In half precision (`reduced_precision`) the vectors stay on the device until the end (no
     copy and sync per batch, so the next batch is tokenized while the GPU works), and they are
     normalised in float32. Non-finite vectors are an error in every precision: a NaN would rank
     nothing and be ranked by nothing, and silently spoil mining and scores."""
     device = model.device
     batch_size = encode_batch_size(batch_size, device)
-    dtype = encoding_dtype(device, precision)
+    dtype = encoding_dtype(precision)
     if dtype is None or len(texts) == 0:
         vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
                                show_progress_bar=show_progress_bar).astype(np.float32)
@@ -46,5 +46,5 @@ def embed_sentences(model, texts: list[str], batch_size: int | None, show_progre
     if not np.isfinite(vectors).all():
         raise StageError(f"the model gave non-finite embeddings in {'fp32' if dtype is None else precision} (its "
                          "weights are broken, or its activations overflow that precision): retrain it, or set "
-                         "params `embed.precision` / `evaluate.precision` to fp32")
+                         "params `precision: fp32`")
     return vectors

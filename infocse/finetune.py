@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from infocse.config import Config
-from infocse.models import encoding_precision, precisions, sequence_length
+from infocse.models import sequence_length
 from infocse.retrieval import scored
 from infocse.seeds import derived_seed
 from infocse.training import train_on_pairs
@@ -29,7 +29,7 @@ def finetune(model, labels: pd.DataFrame, config: Config, device: str, round_num
 def finetune_and_score(model, labels: pd.DataFrame, config: Config, device: str, documents: pd.DataFrame,
                        round_number: int = 1, live=None) -> dict:
     """Fine-tune on `labels`, then score on val and test (at the evaluation length); `precision`
-    records what the fine-tuning and the scoring ran in."""
+    records what the fine-tuning and the scoring ran in (params `precision`, for all of them)."""
     train = finetune(model, labels, config, device, round_number, live)
-    ran = precisions(train["precision"], encoding_precision(device, config.evaluate.precision))
-    return {**scored(model, documents, config), "labels": len(labels), "train": train, "precision": ran}
+    return {**scored(model, documents, config), "labels": len(labels), "train": train, "device": str(device),
+            "precision": config.precision}

@@ -44,7 +44,7 @@ def run_loop(model, config: Config, sentences: pd.DataFrame, documents: pd.DataF
         if not state["continue"]:
             break
         with sequence_length(model, config.embed.max_seq_length):
-            embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.embed.precision)
+            embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.precision)
         pairs, stats = cluster_sentences(config.idc, config.budget, derived_seed(config.seed, "pairs", t, round_number),
                                          sentences, embeddings)
         if pairs.empty:

@@ -57,39 +57,53 @@ def device_type(device) -> str:
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (Intel AMX tiles, or AVX-512 BF16),
-    which oneDNN uses to make bf16 several times faster than fp32. Without them torch emulates
-    bf16, slower than fp32, so `auto` stays fp32 there."""
+    which oneDNN uses to make bf16 faster than fp32. Without them torch emulates bf16, several
+    times slower than fp32 (benchmarks/results/cpu_bf16.md)."""
     import torch
 
     return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
 
 
-def encoding_dtype(device, precision: str):
-    """The dtype to encode in for params `embed.precision` / `evaluate.precision`, or None: the
-    model's own fp32, exactly as before these params existed. `auto` is fp16 on CUDA (more mantissa
-    than bf16, and an encoder's activations fit its range), bf16 on a CPU with bf16 matrix
-    instructions (`cpu_has_bf16`), and fp32 elsewhere."""
+def check_precision(device, precision: str) -> str:
+    """params `precision` (fp32 | bf16 | fp16), or one clear error where `device` cannot run it
+    at speed. The value is what runs, on every machine, so `dvc.lock` names what ran: there is no
+    `auto` that means bf16 on one CPU and fp32 on the next."""
     import torch
 
-    halves = {"fp16": torch.float16, "bf16": torch.bfloat16}
-    if precision == "auto":
-        if device_type(device) == "cuda":
-            return halves["fp16"]
-        return halves["bf16"] if device_type(device) == "cpu" and cpu_has_bf16() else None
+    kind = device_type(device)
     if precision == "fp32":
-        return None
-    if precision not in halves:
-        raise StageError(f"precision must be auto, fp32, fp16 or bf16, got {precision!r}")
-    return halves[precision]
+        return precision
+    if precision == "fp16" and kind != "cuda":
+        raise StageError(f"params `precision` is fp16, which needs a CUDA GPU, and this stage runs on {device}: "
+                         "set `precision: fp32` (or bf16 on a CPU with AMX or AVX-512 BF16)")
+    if precision == "bf16" and kind == "cuda" and not torch.cuda.is_bf16_supported():
+        raise StageError(f"params `precision` is bf16, which this GPU ({device}) does not support: "
+                         "set `precision: fp16` or fp32")
+    if precision == "bf16" and kind == "cpu" and not cpu_has_bf16():
+        raise StageError("params `precision` is bf16, but this CPU has no bf16 units (AMX or AVX-512 BF16) and would "
+                         "emulate it, 4-16x slower than fp32: set `precision: fp32`")
+    if precision not in ("bf16", "fp16"):
+        raise StageError(f"params `precision` must be fp32, bf16 or fp16, got {precision!r}")
+    return precision
 
 
-def encoding_precision(device, precision: str) -> str:
-    """What params `embed.precision` / `evaluate.precision` runs as on `device` (fp32, fp16 or
-    bf16), recorded in the stage's metrics: `auto` differs between CPUs, and runs made in different
-    precisions are compared as different settings."""
+def stage_device(config) -> str:
+    """The device a stage runs on (params `device`), checked against params `precision` before any
+    model loads, so a setting the machine cannot run stops the stage with nothing written."""
+    device = resolve_device(config.device)
+    check_precision(device, config.precision)
+    return device
+
+
+def encoding_dtype(precision: str):
+    """The dtype to encode in for params `precision`, or None: the model's own fp32, exactly the
+    plain `encode` call."""
     import torch
 
-    return {None: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[encoding_dtype(device, precision)]
+    dtypes = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+    if precision not in dtypes:
+        raise StageError(f"params `precision` must be fp32, bf16 or fp16, got {precision!r}")
+    return dtypes[precision]
 
 
 def precisions(*ran: str) -> str:

@@ -14,9 +14,7 @@ import pandas as pd
 from infocse.config import Config
 from infocse.finetune import finetune_and_score
 from infocse.loop import run_loop
-from infocse.models import encoding_precision, precisions
 from infocse.stopping import next_state
-from infocse.training import device_training_precision
 
 
 def round_phases(config: Config) -> tuple[str, ...]:
@@ -30,9 +28,6 @@ def run_round(model, config: Config, number: int, previous_state: dict, sentence
     Returns the round's metrics and the InfoCSE++ state after it."""
     history = run_loop(model, config, sentences, documents, device, round_number=number, live=live)
     result = finetune_and_score(model, labels, config, device, documents, round_number=number, live=live)
-    if len(history) > 1:  # the loop embedded and trained too
-        result["precision"] = precisions(result["precision"], encoding_precision(device, config.embed.precision),
-                                         device_training_precision(device, config.train.precision))
     state = next_state(previous_state, number, result["score"], config.plusplus.patience)
     if number >= config.plusplus.max_rounds:
         state["continue"] = False

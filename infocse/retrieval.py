@@ -55,7 +55,7 @@ def empty_ranks() -> pd.DataFrame:
 
 def rank_queries(model, documents: pd.DataFrame, batch_size: int | None, precision: str = "fp32") -> pd.DataFrame:
     """Rank of each val and test query's gold body among all bodies of `documents`; `batch_size`
-    and `precision` as params `evaluate.*` (None: auto)."""
+    as params `evaluate.batch_size` (None: auto), `precision` as params `precision`."""
     queries = evaluation_queries(documents)
     if queries.empty:
         return empty_ranks()

@@ -9,11 +9,9 @@ the global batch, each process takes an equal slice of every document-disjoint g
 the loss gathers the embeddings of all processes, so its negatives are the whole global batch, as
 on one device.
 
-Precision (params `train.precision`): `auto` is bf16 mixed precision on a CUDA device that has
-it and on a CPU with bf16 matrix instructions (AMX or AVX-512 BF16: `infocse.models.cpu_has_bf16`),
-fp32 elsewhere (a CPU without them would emulate bf16, slower than fp32). bf16 is the trainer's
-autocast: the weights, gradients and optimizer state stay fp32, the matrix products run in bf16.
-fp16 needs CUDA.
+Precision (params `precision`, checked against the device by `infocse.models.check_precision`):
+bf16 and fp16 are the trainer's mixed precision (autocast): the weights, gradients and optimizer
+state stay fp32, the matrix products run in half precision. fp16 needs CUDA.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import pandas as pd
 from infocse.config import TrainingConfig
 from infocse.errors import StageError
 from infocse.live import live_callback
-from infocse.models import cpu_has_bf16, sequence_length
+from infocse.models import check_precision, sequence_length
 from infocse.pairs import document_codes
 from infocse.sampler import PrecomputedBatchSampler, batch_statistics, sampled_batches
 
@@ -62,35 +60,6 @@ def training_batches(pairs: pd.DataFrame, training: TrainingConfig, seed: int) -
                              f"{training.batch_size}: use sampler `greedy` or a smaller batch size")
         raise StageError("no training batch can be formed: the pairs come from fewer than two documents")
     return batches
-
-
-def training_precision(device: str, precision: str, bf16_supported: bool) -> str:
-    """fp32, bf16 or fp16: what params `precision` means on `device`. `bf16_supported` is
-    `torch.cuda.is_bf16_supported()` on CUDA and `cpu_has_bf16()` on the CPU. `auto` is bf16 where
-    it is supported, else fp32. An explicit bf16 runs on any CPU (torch's CPU autocast emulates it
-    where the instructions are missing); a choice the device cannot run is one clear error, not a
-    silent fallback (the trainer would quietly train fp16 on the CPU in fp32)."""
-    cuda = str(device).startswith("cuda")
-    if precision == "auto":
-        return "bf16" if bf16_supported else "fp32"
-    if precision == "fp16" and not cuda:
-        raise StageError(f"training precision fp16 needs a CUDA device, but the device is {device}: "
-                         "set params `train.precision` (or `finetune.precision`) to auto, fp32 or bf16")
-    if precision == "bf16" and cuda and not bf16_supported:
-        raise StageError(f"training precision bf16 is not supported by this CUDA device ({device}): "
-                         "set params `train.precision` (or `finetune.precision`) to auto, fp32 or fp16")
-    if precision not in ("fp32", "bf16", "fp16"):
-        raise StageError(f"training precision must be auto, fp32, bf16 or fp16, got {precision!r}")
-    return precision
-
-
-def device_training_precision(device: str, precision: str) -> str:
-    """`training_precision` for this machine's `device`."""
-    if str(device).startswith("cuda"):
-        import torch
-
-        return training_precision(device, precision, torch.cuda.is_bf16_supported())
-    return training_precision(device, precision, cpu_has_bf16())
 
 
 def dataloader_workers(device: str, devices: int) -> int:
@@ -144,7 +113,7 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from transformers import set_seed
 
-    precision = device_training_precision(device, training.precision)
+    precision = check_precision(device, training.precision)
     batches = training_batches(pairs, training, seed)
     _, world = distributed_world()
     if world not in (1, training.devices):
@@ -187,7 +156,7 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
     stats = {"steps": int(result.global_step), "train_loss": train_loss, "loss_curve": curve,
              "pairs_used": used, "pairs_dropped": len(pairs) * training.epochs - used,
              "batches": batch_statistics(batches, document_codes(pairs["doc_id"]), training.batch_size),
-             "sampler": training.sampler, "precision": precision}
+             "sampler": training.sampler, "device": str(device), "precision": precision}
     if training.devices > 1:
         stats["devices"] = training.devices
     return stats

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a CI job runs for the pipeline (docs/caching.md): install, `dvc repro` that restores every
 # stage whose deps and params did not change from the DVC remote instead of recomputing it, push the
-# outputs and the run cache for the next job, then the params and metrics diff as Markdown.
+# outputs and the run cache for the next job, then one Markdown report for the pull request
+# (scripts/ci_report.py: params and headline metrics diff, stages run or restored, changed plots).
 # Everything comes from the environment, so the same steps run locally:
 #   DVC_REMOTE_URL       storage shared by CI jobs (a folder, s3://, gs://, azure://, ssh://); added as
 #                        the default remote in .dvc/config.local, which git ignores. Unset: the remote
@@ -10,14 +11,14 @@
 #   DIFF_AGAINST         branch or rev the diffs compare with; default: the pull (merge) request's
 #                        target branch (GITHUB_BASE_REF, CI_MERGE_REQUEST_TARGET_BRANCH_NAME), else HEAD
 #                        (the committed params and metrics). Fetched from origin when the checkout lacks it
-#   GITHUB_STEP_SUMMARY  the file the diffs are appended to (GitHub Actions sets it); else stdout
+#   CI_REPORT_DIR        where the report goes: report.md and its plots (default ci-report); the job
+#                        posts report.md as the pull-request comment (examples/ci/)
+#   GITHUB_STEP_SUMMARY  the file the report is also appended to (GitHub Actions sets it); else stdout
 #   SKIP_INSTALL=1       use the dvc and python on PATH instead of running scripts/install.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { echo "== $*" >&2; }
-# A diff with no changes is a table header alone (two lines): say so instead.
-table_or() { if [ "$(printf '%s\n' "$1" | wc -l)" -gt 2 ]; then printf '%s\n' "$1"; else echo "$2"; fi; }
 
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   step "install"
@@ -34,9 +35,12 @@ fi
 if [ -n "${DVC_REMOTE_URL:-}" ]; then
   dvc remote add --local --default --force ci "$DVC_REMOTE_URL"
 fi
-if dvc remote default >/dev/null 2>&1; then
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+remote=$(dvc remote default 2>/dev/null) || remote=""  # none: it prints "No default remote set", status 1
+if [ -n "$remote" ]; then
   step "dvc repro --pull (unchanged stages are restored from the remote, the rest run)"
-  dvc repro --pull
+  dvc repro --pull 2>&1 | tee "$log"
   step "dvc push --run-cache"
   dvc push --run-cache
   # A run-cache entry also restores the stage's `cache: false` metrics, which `dvc push` leaves to
@@ -61,28 +65,20 @@ with Repo() as repo:
     print(f"{len(result.transferred)} objects of cache: false outputs pushed for the run cache")
 EOF_PY
 else
-  echo "warning: no DVC remote (set DVC_REMOTE_URL): stages not in the local cache are recomputed, nothing is shared" >&2
+  echo "warning: no DVC remote (set DVC_REMOTE_URL; a pull request from a fork gets no secrets): stages not in" \
+       "the local cache are recomputed, nothing is restored or pushed, and the report says so" >&2
   step "dvc repro"
-  dvc repro
+  dvc repro 2>&1 | tee "$log"
 fi
 
 target="${DIFF_AGAINST:-${GITHUB_BASE_REF:-${CI_MERGE_REQUEST_TARGET_BRANCH_NAME:-HEAD}}}"
-if ! rev=$(git rev-parse --verify --quiet --short "$target^{commit}"); then
+if ! rev=$(git rev-parse --verify --quiet "$target^{commit}"); then
   step "git fetch origin $target"
   git fetch --quiet origin "$target"
-  rev=$(git rev-parse --verify --short FETCH_HEAD)
+  rev=$(git rev-parse --verify FETCH_HEAD)
 fi
-summary="${GITHUB_STEP_SUMMARY:-/dev/stdout}"
-params=$(dvc params diff --md "$rev")
-metrics=$(dvc metrics diff --md "$rev")
-{
-  echo "### Pipeline: params and metrics against \`$target\` ($rev)"
-  echo
-  echo "#### Params"
-  echo
-  table_or "$params" "No params changed."
-  echo
-  echo "#### Metrics"
-  echo
-  table_or "$metrics" "No metrics changed."
-} >>"$summary"
+out="${CI_REPORT_DIR:-ci-report}"
+step "the report: $out/report.md"
+python -m scripts.ci_report --against "$rev" --label "$target" --repro-log "$log" ${remote:+--remote "$remote"} \
+  --out "$out"
+cat "$out/report.md" >>"${GITHUB_STEP_SUMMARY:-/dev/stdout}"

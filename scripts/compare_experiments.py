@@ -49,11 +49,12 @@ BASELINE_NAMES = {"none": "seed model", "simcse": "SimCSE", "mirror": "Mirror-BE
 SEED_MODEL = "seed model"
 REFERENCE = "InfoCSE (init none, K=1)"
 
-# What the stages ran in, from their metrics (`ran_precision`), stands for the precision params, whose
-# `auto` is bf16 on a CPU with bf16 units and fp32 on one without: a run is compared, paired and
-# pooled only with runs of the same precision (the evaluation includes it).
+# What the stages ran in, from their metrics (`ran_precision`), stands for the precision params (the
+# top-level `precision`; older run files have per-stage keys, whose `auto` was bf16 on a CPU with bf16
+# units and fp32 on one without): a run is compared, paired and pooled only with runs of the same
+# precision (the evaluation includes it).
 PRECISION = "precision"
-PRECISION_PARAMS = ("embed.precision", "evaluate.precision", "train.precision", "finetune.precision")
+PRECISION_PARAMS = ("precision", "embed.precision", "evaluate.precision", "train.precision", "finetune.precision")
 
 # What each param is to a comparison. Evaluation: what the seed model's scores depend on (rows are
 # only compared within one). Method: what a row is named by. Ignored: where or how fast a run

@@ -58,7 +58,7 @@ BUNDLE = Path("gpu-bundle")
 SEED_MODEL_FOLDER = "all-MiniLM-L6-v2-fp16"
 CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
 BASELINES = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
-FP32 = {f"{section}.precision": "fp32" for section in ("embed", "evaluate", "train", "finetune")}
+FP32 = {"precision": "fp32"}
 SOURCE = "gpu stage runner"
 PLUSPLUS_ROUNDS = 3  # InfoCSE++ rounds of the studies' InfoCSE few-shot runs (queue_fewshot.sh's ROUNDS)
 

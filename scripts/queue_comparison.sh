@@ -37,9 +37,8 @@
 # SEEDS (default "0 1 2"; 0 for the ablations' one-seed studies) replaces the seeds of every set:
 # SEEDS="3 4" TAG=fixed ... main manpages
 # adds seeds 3 and 4 where reports/paper_tables.md asks for them.
-# PRECISION=fp32 (or bf16) sets embed, evaluate and train precision instead of `auto` (bf16 on a CPU with
-# bf16 units): the reports compare runs by the precision they ran in (reports/precision.md sets bf16
-# beside fp32), so PRECISION=fp32 on such a CPU makes runs that join the fp32 tables.
+# PRECISION=bf16 (or fp32) sets params `precision` (default: params.yaml's, fp32): the reports compare
+# runs by the precision they ran in (reports/precision.md sets bf16 beside fp32).
 # Experiments run the committed code: commit before queueing (export_runs records any uncommitted
 # code it finds).
 set -euo pipefail
@@ -90,10 +89,10 @@ for sources in $mix_sources; do
 done
 
 precision_args=()
-case "${PRECISION:-auto}" in
-  auto) ;;
-  fp32|bf16) for section in embed evaluate train; do precision_args+=(-S "$section.precision=$PRECISION"); done ;;
-  *) echo "PRECISION must be auto, fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
+case "${PRECISION:-}" in
+  "") ;;
+  fp32|bf16) precision_args+=(-S "precision=$PRECISION") ;;
+  *) echo "PRECISION must be fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
 esac
 
 tag="${TAG:+-$TAG}"

@@ -27,9 +27,8 @@
 # (export_runs refuses to replace a run file with other content), e.g. InfoCSE++ at a budget first
 # run with ROUNDS=1: `TAG=pp BUDGETS=all bash scripts/queue_fewshot.sh neighbours manpages`.
 #
-# PRECISION=fp32 (or bf16) sets embed, evaluate, train and finetune precision instead of `auto` (bf16
-# on a CPU with bf16 units): the reports compare runs by the precision they ran in, so PRECISION=fp32
-# on such a CPU makes runs that join the fp32 tables.
+# PRECISION=bf16 (or fp32) sets params `precision` (default: params.yaml's, fp32): the reports compare
+# runs by the precision they ran in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/queue_experiment.sh
@@ -51,12 +50,10 @@ for value in "${budgets[@]}"; do
 done
 [[ "$control" == 0 || "$control" == 1 ]] || { echo "CONTROL must be 0 or 1, got '$control'" >&2; exit 2; }
 precision_args=()
-case "${PRECISION:-auto}" in
-  auto) ;;
-  # `++`: add or override; params.yaml leaves finetune.precision at its default (auto), so plain -S fails
-  fp32|bf16)
-    for section in embed evaluate train finetune; do precision_args+=(-S "++$section.precision=$PRECISION"); done ;;
-  *) echo "PRECISION must be auto, fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
+case "${PRECISION:-}" in
+  "") ;;
+  fp32|bf16) precision_args+=(-S "precision=$PRECISION") ;;
+  *) echo "PRECISION must be fp32 or bf16, got '${PRECISION}'" >&2; exit 2 ;;
 esac
 epochs="$(python -c "import yaml; print(yaml.safe_load(open('params.yaml'))['finetune']['epochs'])")"
 short="${corpus:0:3}"

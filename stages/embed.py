@@ -16,7 +16,7 @@ from infocse.embedding import embed_sentences
 from infocse.errors import run_stage
 from infocse.io import save_numpy, write_json
 from infocse.stopping import iteration_is_active
-from infocse.models import CURRENT, encoding_precision, load_model, resolve_device
+from infocse.models import CURRENT, load_model, stage_device
 from infocse.paths import ANNOTATOR_MODEL, SENTENCES, IterationPaths
 
 
@@ -32,6 +32,7 @@ def main() -> None:
     parser.add_argument("--iteration", type=int, required=True)
     t = parser.parse_args().iteration
     config = load_config()
+    device = stage_device(config)
     paths = IterationPaths(t)
     started = time.perf_counter()
     active = iteration_is_active(config, t)
@@ -43,8 +44,8 @@ def main() -> None:
     else:
         if active:
             texts = pd.read_parquet(SENTENCES, columns=["text"])["text"].tolist()
-            model = load_model(mining_model(config, t), config.device, config.embed.max_seq_length)
-            embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.embed.precision)
+            model = load_model(mining_model(config, t), device, config.embed.max_seq_length)
+            embeddings = embed_sentences(model, texts, config.embed.batch_size, precision=config.precision)
         else:
             print(f"iteration {t}: skipped (the loop stopped)")
             embeddings = np.empty((0, 0), np.float32)
@@ -54,7 +55,7 @@ def main() -> None:
     write_json(paths.metrics / "embed.json", {
         "iteration": t, "sentences": sentences, "seconds": seconds,
         "sentences_per_second": sentences / seconds if sentences else 0.0,
-        "precision": ran or encoding_precision(resolve_device(config.device), config.embed.precision)})
+        "device": device, "precision": ran or config.precision})
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from infocse.config import load_config
 from infocse.errors import run_stage
 from infocse.io import read_json, write_json, write_parquet
 from infocse.stopping import iteration_is_active, next_state, stopped_state
-from infocse.models import encoding_precision, load_model, resolve_device
+from infocse.models import load_model, stage_device
 from infocse.paths import DOCUMENTS, IterationPaths
 from infocse.retrieval import empty_ranks, score_model
 
@@ -26,12 +26,13 @@ def main() -> None:
     parser.add_argument("--iteration", type=int, required=True)
     t = parser.parse_args().iteration
     config = load_config()
+    device = stage_device(config)
     paths = IterationPaths(t)
     started = time.perf_counter()
     previous = read_json(IterationPaths(t - 1).retrieval) if t > 0 else None
     if iteration_is_active(config, t):
         documents = pd.read_parquet(DOCUMENTS)
-        model = load_model(paths.model, config.device, config.evaluate.max_seq_length)
+        model = load_model(paths.model, device, config.evaluate.max_seq_length)
         scores, ranks = score_model(model, documents, config.evaluate)
         score = scores.pop("score")
         if scores["val_queries"] == 0:
@@ -47,7 +48,7 @@ def main() -> None:
     write_json(paths.continue_flag, {"continue": result["continue"]})
     write_json(paths.metrics / "evaluate.json", {
         "iteration": t, "seconds": time.perf_counter() - started,
-        "precision": encoding_precision(resolve_device(config.device), config.evaluate.precision)})
+        "device": device, "precision": config.precision})
     if result["stopped"]:
         print(f"iteration {t}: skipped (the loop stopped); best is iteration {result['best_iteration']}")
     elif result.get("val"):

@@ -14,7 +14,7 @@ from infocse.errors import run_stage
 from infocse.finetune import finetune_and_score
 from infocse.io import write_json, write_placeholder
 from infocse.live import LiveCurves
-from infocse.models import load_model, resolve_device, save_model
+from infocse.models import load_model, save_model, stage_device
 from infocse.paths import BEST_MODEL, DOCUMENTS, LABELS, IterationPaths, finetuned_live, finetuned_metrics, \
     finetuned_model, finetuned_timing
 from infocse.stopping import first_round_state
@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--start", choices=sorted(STARTS), required=True)
     start = parser.parse_args().start
     config = load_config()
+    device = stage_device(config)
     started = time.perf_counter()
     labels = pd.read_parquet(LABELS)
     live = LiveCurves(finetuned_live(start), ("finetune",))  # empty curves where nothing is fine-tuned
@@ -38,7 +39,6 @@ def main() -> None:
                            "continue": False})
         print(f"fine-tuning {start}: skipped (no labelled pairs)")
     else:
-        device = resolve_device(config.device)
         model = load_model(STARTS[start], device)
         result = finetune_and_score(model, labels, config, device, pd.read_parquet(DOCUMENTS), live=live)
         if start == "best":  # InfoCSE++ round 1: the state later rounds continue from

@@ -18,11 +18,11 @@ from infocse.corpora.mix import sources_pair_precision
 from infocse.errors import StageError, run_stage
 from infocse.io import write_json, write_parquet
 from infocse.live import LiveCurves
-from infocse.models import load_named_model, mask_token_of, resolve_device, save_model
+from infocse.models import load_named_model, mask_token_of, save_model, stage_device
 from infocse.pairs import empty_pair_table
 from infocse.paths import SENTENCES, IterationPaths
 from infocse.seeds import derived_seed
-from infocse.training import device_training_precision, train_at_length
+from infocse.training import train_at_length
 
 
 def main() -> None:
@@ -30,8 +30,7 @@ def main() -> None:
     method = config.init_method
     paths = IterationPaths(0)
     started = time.perf_counter()
-    device = resolve_device(config.device)  # a bad device or precision fails here, before any model loads
-    device_training_precision(device, config.train.precision)
+    device = stage_device(config)  # a bad device or precision fails here, before any model loads
     if method == "none":
         model = load_named_model(config.seed_model, device="cpu")
         pairs, pair_stats, train_stats = empty_pair_table(), {"method": method}, {"skipped": True}

@@ -13,7 +13,7 @@ from infocse.config import load_config
 from infocse.errors import StageError, run_stage
 from infocse.io import read_json, write_json, write_placeholder
 from infocse.live import LiveCurves
-from infocse.models import load_model, resolve_device, save_model
+from infocse.models import load_model, save_model, stage_device
 from infocse.paths import DOCUMENTS, LABELS, SENTENCES, finetuned_live, finetuned_metrics, finetuned_model, \
     finetuned_timing
 from infocse.plusplus import round_phases, run_round
@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--round", type=int, required=True)
     number = parser.parse_args().round
     config = load_config()
+    device = stage_device(config)
     if number not in config.plusplus.rounds:
         raise StageError(f"round {number} is not in params `plusplus.rounds`")
     prev = config.plusplus.rounds[number]
@@ -32,7 +33,6 @@ def main() -> None:
     started = time.perf_counter()
     live = LiveCurves(finetuned_live(f"round-{number}"), round_phases(config))  # empty where the round is skipped
     if round_is_active(config, number, previous_state):
-        device = resolve_device(config.device)
         model = load_model(finetuned_model(prev), device)
         result = run_round(model, config, number, previous_state, pd.read_parquet(SENTENCES),
                            pd.read_parquet(DOCUMENTS), pd.read_parquet(LABELS), device, live=live)

@@ -17,10 +17,10 @@ from infocse.errors import StageError, run_stage
 from infocse.io import write_json, write_placeholder
 from infocse.live import LiveCurves
 from infocse.stopping import iteration_is_active
-from infocse.models import load_model, resolve_device, save_model
+from infocse.models import load_model, save_model, stage_device
 from infocse.paths import IterationPaths
 from infocse.seeds import derived_seed
-from infocse.training import check_devices, device_training_precision, distributed_world, train_at_length
+from infocse.training import check_devices, distributed_world, train_at_length
 
 
 def main() -> None:
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--iteration", type=int, required=True)
     t = parser.parse_args().iteration
     config = load_config()
+    device = stage_device(config)
     paths = IterationPaths(t)
     started = time.perf_counter()
     rank, world = distributed_world()
@@ -41,9 +42,7 @@ def main() -> None:
     pairs = pd.read_parquet(paths.pairs)
     if pairs.empty:
         raise StageError(f"{paths.pairs} has no pairs to train on")
-    device = resolve_device(config.device)
     check_devices(device, config.train.devices)
-    device_training_precision(device, config.train.precision)
     if world != config.train.devices:
         raise StageError(f"running on {world} process(es), but params `train.devices` is {config.train.devices}: "
                          "set params `train.launcher` to `python -m torch.distributed.run --standalone "

@@ -24,19 +24,19 @@ def tiny_overrides(model_dir: Path, corpus: Path, labels: Path) -> dict:
     return {
         "seed_model": str(model_dir),
         "device": "cpu",
+        "precision": "fp32",  # the default, stated: the tests compare runs exactly
         "corpus": {"source": "jsonl", "path": str(corpus)},
         "split": {"fewshot": 0.0, "val": 0.5, "test": 0.5},  # two documents per category: one val, one test
-        # fp32 throughout: the tests compare runs exactly, and `auto` is bf16 on a CPU with bf16 units
-        "embed": {"batch_size": 16, "max_seq_length": 64, "precision": "fp32"},
+        "embed": {"batch_size": 16, "max_seq_length": 64},
         "idc": {"k": 1},
         "budget": {"max_pairs_per_document": "all", "max_pairs": "all"},
-        "train": {"batch_size": 4, "learning_rate": 1.0e-3, "epochs": 1, "precision": "fp32"},
-        "evaluate": {"batch_size": 16, "max_seq_length": 64, "precision": "fp32"},
+        "train": {"batch_size": 4, "learning_rate": 1.0e-3, "epochs": 1},
+        "evaluate": {"batch_size": 16, "max_seq_length": 64},
         "report": {"bootstrap_samples": 200},
         "loop": {"patience": 5},
         "iterations": {"1": {"prev": 0}},
         # the tiny split has no few-shot pool: fine-tune on a file of labelled pairs instead
         "finetune": {"labels": "all", "source": "file", "path": str(labels), "batch_size": 4, "learning_rate": 1.0e-3,
-                     "max_seq_length": 64, "epochs": 1, "precision": "fp32"},
+                     "max_seq_length": 64, "epochs": 1},
         "plusplus": {"max_rounds": 1},
     }

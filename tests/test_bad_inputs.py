@@ -212,6 +212,37 @@ def test_cuda_without_cuda_is_blamed_on_the_device(scratch, tmp_path, monkeypatc
     assert snapshot(project) == before
 
 
+PRECISION_STAGES = [("initialize",), ("evaluate", "--iteration", "0"), ("embed", "--iteration", "1"),
+                    ("train", "--iteration", "1"), ("evaluate", "--iteration", "1"), ("finetune", "--start", "f0"),
+                    ("plusplus", "--round", "2")]
+
+
+@pytest.mark.parametrize("stage", PRECISION_STAGES, ids=lambda stage: " ".join(stage))
+def test_bf16_on_a_cpu_without_bf16_units_stops_every_stage_that_computes(scratch, monkeypatch, capsys, stage):
+    """Emulated bf16 is 4-16x slower than fp32: every stage that encodes or trains refuses it with
+    one line naming the setting to use, before any model loads, and writes nothing."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    project, base = scratch
+    before = snapshot(project)
+    status, _, stderr = run_in(project, base, {"precision": "bf16", "init": {"method": "simcse"}}, stage[0], *stage[1:],
+                               monkeypatch=monkeypatch, capsys=capsys)
+    assert_refused(status, stderr, "params `precision` is bf16, but this CPU has no bf16 units")
+    assert "set `precision: fp32`" in stderr
+    assert snapshot(project) == before
+
+
+def test_fp16_on_the_cpu_stops_the_stage(scratch):
+    """A real `python -m stages.train`: fp16 needs CUDA (the trainer would quietly train in fp32)."""
+    project, base = scratch
+    write_params(project, deep_merge(base, {"precision": "fp16"}))
+    before = snapshot(project)
+    result = run([sys.executable, "-m", "stages.train", "--iteration", "1"], project, check=False)
+    assert_refused(result.returncode, result.stderr, "params `precision` is fp16, which needs a CUDA GPU")
+    assert snapshot(project) == before
+
+
 # ---------------------------------------------------------------- unusual corpora that must run
 PIPELINE = ["prepare", "init", "evaluate_init", "annotator_model", "embed@1", "cluster@1", "train@1", "evaluate@1",
             "select", "report", "labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"]

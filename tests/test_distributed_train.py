@@ -30,8 +30,8 @@ from stages.train import main
 
 LAUNCHER = "python -m torch.distributed.run --standalone --nproc_per_node=2"
 TRAIN_PARAMS = {"batch_size": 4, "learning_rate": 3.0e-3, "warmup_ratio": 0.1, "temperature": 0.05, "epochs": 3,
-                "max_seq_length": 32, "devices": 2, "launcher": LAUNCHER, "precision": "fp32"}
-TRAIN = config_with({"train": TRAIN_PARAMS}).train
+                "max_seq_length": 32, "devices": 2, "launcher": LAUNCHER}
+TRAIN = config_with({"train": TRAIN_PARAMS, "precision": "fp32"}).train
 
 
 # ---------------------------------------------------------------- global batches and rank slices

@@ -1,7 +1,8 @@
-"""Encoding precision and batch size (infocse/models.py, embedding.py, retrieval.py, params): the
-switch resolves by device; on CPU `auto` gives the fp32 outputs bit for bit; the half-precision
-path (run here on CPU in bf16 and fp16) gives unit float32 vectors equal to those of a model cast
-by hand, and leaves the model's own weights exactly as they were."""
+"""Precision and encoding batch size (infocse/models.py, embedding.py, retrieval.py, params): one
+plain `precision` param, checked against the device (a setting it cannot run at speed is one
+line); fp32 gives the plain `encode` outputs bit for bit; the half-precision path (run here on the
+CPU in bf16 and fp16, below the stage's check) gives unit float32 vectors equal to those of a model
+cast by hand, and leaves the model's own weights exactly as they were."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from conftest import TOPICS, config_with, tiny_documents
 
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
-from infocse.models import encode_batch_size, encoding_dtype, encoding_precision, load_model, weights_in
+from infocse.models import check_precision, encode_batch_size, encoding_dtype, load_model, weights_in
 from infocse.retrieval import rank_queries, score_model
 
 SENTENCES = [sentence for sentences in TOPICS.values() for sentence in sentences]
@@ -48,23 +49,6 @@ def assert_same_state(model, before: dict[str, torch.Tensor]) -> None:
 
 
 # ---------------------------------------------------------------- the switch
-@pytest.mark.parametrize("device, precision, expected", [
-    ("cpu", "auto", None),
-    (torch.device("cpu"), "auto", None),
-    ("cuda", "auto", torch.float16),
-    ("cuda:1", "auto", torch.float16),
-    (torch.device("cuda", 0), "auto", torch.float16),
-    ("mps", "auto", None),
-    ("cpu", "fp32", None),
-    ("cuda", "fp32", None),
-    ("cpu", "bf16", torch.bfloat16),
-    ("cuda:0", "bf16", torch.bfloat16),
-    ("cpu", "fp16", torch.float16),
-])
-def test_encoding_dtype_by_device_and_param(device, precision, expected, cpu_without_bf16):
-    assert encoding_dtype(device, precision) is expected
-
-
 @pytest.fixture()
 def cpu_without_bf16(monkeypatch):
     """This process's CPU as one with neither AMX nor AVX-512 BF16, whatever it really has."""
@@ -72,29 +56,40 @@ def cpu_without_bf16(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
 
 
-@pytest.mark.parametrize("amx, avx512_bf16, expected", [
-    (False, False, None), (True, False, torch.bfloat16), (False, True, torch.bfloat16), (True, True, torch.bfloat16)])
-def test_cpu_auto_encodes_in_bf16_only_with_bf16_matrix_instructions(monkeypatch, amx, avx512_bf16, expected):
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
-    assert encoding_dtype("cpu", "auto") is expected
-    assert encoding_dtype("cpu", "fp32") is None  # explicit fp32 keeps fp32 on every CPU
-    assert encoding_dtype("cuda", "auto") is torch.float16  # the GPU keeps its own default
+@pytest.mark.parametrize("precision, expected", [("fp32", None), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_encoding_dtype_is_the_param_on_every_device(precision, expected):
+    assert encoding_dtype(precision) is expected
 
 
-@pytest.mark.parametrize("amx, avx512_bf16, device, precision, expected", [
-    (False, False, "cpu", "auto", "fp32"), (False, True, "cpu", "auto", "bf16"), (True, False, "cpu", "auto", "bf16"),
-    (True, True, "cpu", "fp32", "fp32"), (False, False, "cuda", "auto", "fp16"), (False, False, "cpu", "bf16", "bf16")])
-def test_the_recorded_encoding_precision_is_the_dtype_encoding_uses(monkeypatch, amx, avx512_bf16, device, precision,
-                                                                     expected):
+@pytest.mark.parametrize("amx, avx512_bf16, cuda_bf16, device, precision", [
+    (False, False, False, "cpu", "fp32"), (False, False, False, "cuda", "fp32"), (False, False, False, "mps", "fp32"),
+    (True, False, False, "cpu", "bf16"), (False, True, False, "cpu", "bf16"),
+    (False, False, True, "cuda", "bf16"), (False, False, True, torch.device("cuda", 1), "bf16"),
+    (False, False, False, "cuda", "fp16"), (False, False, False, "cuda:0", "fp16")])
+def test_a_precision_the_device_runs_is_what_runs(monkeypatch, amx, avx512_bf16, cuda_bf16, device, precision):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
-    assert encoding_precision(device, precision) == expected
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: cuda_bf16)
+    assert check_precision(device, precision) == precision
+
+
+@pytest.mark.parametrize("device, precision, message", [
+    ("cpu", "bf16", "this CPU has no bf16 units .* set `precision: fp32`"),
+    ("cpu", "fp16", "fp16, which needs a CUDA GPU, and this stage runs on cpu: set `precision: fp32`"),
+    ("mps", "fp16", "needs a CUDA GPU"),
+    ("cuda:0", "bf16", r"bf16, which this GPU \(cuda:0\) does not support: set `precision: fp16` or fp32"),
+    ("cuda", "auto", "must be fp32, bf16 or fp16, got 'auto'"),
+])
+def test_a_precision_the_device_cannot_run_is_one_line(monkeypatch, cpu_without_bf16, device, precision, message):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    with pytest.raises(StageError, match=message) as raised:
+        check_precision(device, precision)
+    assert "\n" not in str(raised.value)
 
 
 def test_unknown_precision_is_refused():
     with pytest.raises(StageError, match="fp8"):
-        encoding_dtype("cuda", "fp8")
+        encoding_dtype("fp8")
 
 
 @pytest.mark.parametrize("batch_size, device, expected", [
@@ -123,26 +118,34 @@ def test_params_accept_auto_batch_size_for_encoding_only():
     assert any("train.batch_size" in line and '"auto"' not in line for line in lines)  # a method param: no auto
 
 
-def test_precision_params_are_checked():
-    assert config_with({"embed": {"precision": "bf16"}}).embed.precision == "bf16"
-    with pytest.raises(StageError, match="evaluate.precision"):
-        config_with({"evaluate": {"precision": "half"}})
+def test_precision_is_one_plain_param():
+    """One value for every stage, no `auto`; the per-stage keys of older params files are named."""
+    config = config_with({"precision": "bf16"})
+    assert config.precision == config.embed.precision == config.evaluate.precision == "bf16"
+    assert config.train.precision == config.finetune.training.precision == "bf16"
+    assert config_with({}).precision == "fp32"  # the default: the same outputs on every machine
+    with pytest.raises(StageError) as raised:
+        config_with({"precision": "auto", "embed": {"precision": "bf16"}, "finetune": {"precision": "fp32"}})
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 3
+    assert "params `precision` must be one of ['fp32', 'bf16', 'fp16'], got 'auto'" in lines[0]
+    assert any("`embed.precision` ('bf16') is now the one top-level `precision`" in line for line in lines)
+    assert any("`finetune.precision`" in line for line in lines)
 
 
 # ---------------------------------------------------------------- CPU: unchanged
 @pytest.mark.parametrize("batch_size", [64, None, 5])
-def test_cpu_auto_embeddings_equal_fp32_bit_for_bit(tiny_model_dir, one_torch_thread, batch_size, cpu_without_bf16):
+def test_cpu_fp32_embeddings_are_the_plain_encode_bit_for_bit(tiny_model_dir, one_torch_thread, batch_size):
     model = load_model(tiny_model_dir, "cpu")
     # what the embed stage ran before precision existed
     before = model.encode(SENTENCES, batch_size=batch_size or 64, normalize_embeddings=True, convert_to_numpy=True,
                           show_progress_bar=False).astype(np.float32)
-    for precision in ("auto", "fp32"):
-        now = embed_sentences(model, SENTENCES, batch_size, show_progress_bar=False, precision=precision)
-        assert now.dtype == np.float32 and now.shape == before.shape
-        assert now.tobytes() == before.tobytes()
+    now = embed_sentences(model, SENTENCES, batch_size, show_progress_bar=False, precision="fp32")
+    assert now.dtype == np.float32 and now.shape == before.shape
+    assert now.tobytes() == before.tobytes()
 
 
-def test_cpu_auto_scoring_equals_fp32(tiny_model_dir, one_torch_thread, cpu_without_bf16):
+def test_cpu_fp32_scoring_ranks_with_the_plain_encode(tiny_model_dir, one_torch_thread):
     model = load_model(tiny_model_dir, "cpu")
     documents = documents_frame()
     queries = documents[documents["split"].isin(["val", "test"])]
@@ -150,7 +153,7 @@ def test_cpu_auto_scoring_equals_fp32(tiny_model_dir, one_torch_thread, cpu_with
     titles = model.encode(queries["title"].tolist(), batch_size=64, normalize_embeddings=True)
     expected = hand_ranks(titles, bodies, queries.index.to_numpy())
     for batch_size in (64, None):
-        config = config_with({"evaluate": {"batch_size": batch_size or "auto", "precision": "auto"}})
+        config = config_with({"evaluate": {"batch_size": batch_size or "auto"}})
         _, ranks = score_model(model, documents, config.evaluate)
         assert ranks["doc_id"].tolist() == queries["doc_id"].tolist()
         np.testing.assert_array_equal(ranks["rank"].to_numpy(), expected)
@@ -203,7 +206,7 @@ def test_half_precision_scoring_ranks_with_the_cast_model(tiny_model_dir, one_to
         return raw / np.linalg.norm(raw, axis=1, keepdims=True)
 
     expected = hand_ranks(unit(queries["title"].tolist()), unit(documents["body"].tolist()), queries.index.to_numpy())
-    config = config_with({"evaluate": {"batch_size": 4, "precision": "fp16"}})
+    config = config_with({"evaluate": {"batch_size": 4}, "precision": "fp16"})
     before = state_of(model)
     _, ranks = score_model(model, documents, config.evaluate)
     np.testing.assert_array_equal(ranks["rank"].to_numpy(), expected)

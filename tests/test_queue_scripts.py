@@ -70,7 +70,7 @@ def queued_params(project: Path) -> dict[str, dict]:
     ("queue_comparison.sh", ["main"], {"SEEDS": "0 x"}, "SEEDS: 'x'"),
     ("queue_comparison.sh", ["sweep"], {"BUDGETS": "all15"}, "unknown budget 'all15'"),
     ("queue_comparison.sh", ["mixed"], {"MIX_SOURCES": "1"}, "MIX_SOURCES: '1'"),
-    ("queue_comparison.sh", ["main"], {"PRECISION": "fp16"}, "PRECISION must be auto, fp32 or bf16"),
+    ("queue_comparison.sh", ["main"], {"PRECISION": "fp16"}, "PRECISION must be fp32 or bf16"),
     ("queue_fewshot.sh", ["conpono"], {}, "BASELINE must be one of"),
     ("queue_fewshot.sh", ["neighbours"], {"SEEDS": "-1"}, "SEEDS must be"),
     ("queue_fewshot.sh", ["neighbours"], {"ROUNDS": "0"}, "ROUNDS must be a positive integer"),
@@ -79,7 +79,7 @@ def queued_params(project: Path) -> dict[str, dict]:
     ("queue_fewshot.sh", ["neighbours"], {"CONTROL": "yes"}, "CONTROL must be 0 or 1"),
     ("queue_fewshot.sh", ["neighbours"], {"ONLY_MISSING": "yes"}, "ONLY_MISSING must be 0 or 1"),
     ("queue_comparison.sh", ["main"], {"TAG": "a b"}, "TAG must be letters, digits or _"),
-    ("queue_fewshot.sh", ["neighbours"], {"PRECISION": "half"}, "PRECISION must be auto, fp32 or bf16"),
+    ("queue_fewshot.sh", ["neighbours"], {"PRECISION": "half"}, "PRECISION must be fp32 or bf16"),
 ])
 def test_a_bad_setting_exits_2_naming_it_before_anything_is_queued(copy, script, args, env, message):
     result = run_script(copy, script, args, env)
@@ -96,26 +96,23 @@ def test_the_few_shot_queue_knows_every_baseline_annotator():
 
 
 def test_the_few_shot_queue_sets_every_precision_tags_every_name_and_reuses_unchanged_stages(tmp_path):
-    """Queued for real in a scratch DVC project and run: PRECISION=fp32 reaches each section's params
-    (finetune's too, absent from params.yaml), TAG every name, a stage whose params the runs share
-    runs once (DVC's run cache; a forced experiment would rerun it in each), and a name queued again
+    """Queued for real in a scratch DVC project and run: PRECISION=bf16 reaches params `precision`,
+    TAG every name, a stage whose params the runs share runs once (DVC's run cache; a forced
+    experiment would rerun it in each), and a name queued again
     is skipped (ONLY_MISSING), refused (queued, or ran without a run file) or replaced (exported)."""
     count = tmp_path / "upstream-ran"
     project = scratch_project(tmp_path / "project", ("queue_fewshot.sh", "queue_experiment.sh"), {
         "upstream": {"cmd": f"echo ran >> {count} && echo up > up.txt", "outs": ["up.txt"],
-                     "params": ["init", "loop", "seed", "embed", "evaluate", "train"]},
+                     "params": ["init", "loop", "seed", "precision", "embed", "evaluate", "train"]},
         "finetune": {"cmd": "cp up.txt down.txt", "deps": ["up.txt"], "outs": ["down.txt"], "params": ["finetune"]}},
         ignored="up.txt\ndown.txt\nresults\n")
-    sections = ("embed", "evaluate", "train", "finetune")
-    settings = {"PRECISION": "fp32", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"}
+    settings = {"PRECISION": "bf16", "SEEDS": "0", "BUDGETS": "100", "ROUNDS": "2", "TAG": "pp"}
     result = run_script(project, "queue_fewshot.sh", ["neighbours", "manpages"], settings)
     assert result.returncode == 0, result.stderr
     queued = queued_params(project)
     infocse, baseline, control = "man-fewshot-100-pp-s0", "man-fewshot-neighbours-100-pp-s0", "man-fewshot-100-e6-pp-s0"
     assert set(queued) == {infocse, baseline, control}
-    for name, params in queued.items():
-        precisions = {section: params[section].get("precision") for section in sections}
-        assert precisions == dict.fromkeys(sections, "fp32"), name
+    assert {name: params["precision"] for name, params in queued.items()} == dict.fromkeys(queued, "bf16")
 
     (project / "results/runs").mkdir(parents=True)
     (project / f"results/runs/{infocse}.json").write_text("{}")  # as if exported
@@ -138,7 +135,7 @@ def test_the_ablations_run_their_one_seed_studies_at_the_seeds_asked_for(tmp_pat
     whatever SEEDS said), and the convergence study adds a third iteration with patience for all three."""
     project = scratch_project(tmp_path / "project", ("queue_comparison.sh", "queue_experiment.sh"), {
         "select": {"cmd": "echo select", "params": ["seed"]}, "report": {"cmd": "echo report", "params": ["seed"]}})
-    result = run_script(project, "queue_comparison.sh", ["ablations", "manpages"], {"SEEDS": "1 4", "PRECISION": "fp32"})
+    result = run_script(project, "queue_comparison.sh", ["ablations", "manpages"], {"SEEDS": "1 4", "PRECISION": "bf16"})
     assert result.returncode == 0, result.stderr
     queued = queued_params(project)
     studies = ("kmeans", "k2", "k3", "infocse-init-neighbours", "infocse-init-simcse", "infocse-init-ict",
@@ -147,5 +144,5 @@ def test_the_ablations_run_their_one_seed_studies_at_the_seeds_asked_for(tmp_pat
     assert {name: params["seed"] for name, params in queued.items()} == {name: int(name[-1]) for name in queued}
     iter3 = queued["man-iter3-s4"]
     assert iter3["iterations"] == {"1": {"prev": 0}, "2": {"prev": 1}, "3": {"prev": 2}}
-    assert iter3["loop"]["patience"] == 3 and iter3["embed"]["precision"] == "fp32"
+    assert iter3["loop"]["patience"] == 3 and iter3["precision"] == "bf16"
     assert queued["man-k3-s1"]["idc"]["k"] == 3

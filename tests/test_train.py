@@ -20,9 +20,9 @@ from conftest import config_with, tiny_documents
 from infocse.corpora.sentences import split_sentences
 from infocse.errors import StageError
 from infocse.live import LiveCurves
-from infocse.models import cpu_has_bf16, load_model
+from infocse.models import load_model
 from infocse.sampler import batch_statistics, document_disjoint_batches, spread_batches
-from infocse.training import dataloader_workers, text_codes, train_on_pairs, training_batches, training_precision
+from infocse.training import dataloader_workers, text_codes, train_on_pairs, training_batches
 
 
 # ---------------------------------------------------------------- document_disjoint_batches
@@ -293,29 +293,7 @@ def test_batch_statistics_hand_worked():
         "share_of_pairs_from_top_10pct_documents": 0.0}
 
 
-# ---------------------------------------------------------------- precision and data loading
-@pytest.mark.parametrize("device, precision, bf16_supported, expected", [
-    ("cpu", "auto", True, "bf16"), ("cpu", "auto", False, "fp32"), ("cpu", "fp32", True, "fp32"),
-    ("cpu", "bf16", False, "bf16"),  # an explicit bf16 runs on any CPU (emulated where the units are missing)
-    ("cuda", "auto", True, "bf16"), ("cuda:1", "auto", True, "bf16"), ("cuda", "auto", False, "fp32"),
-    ("cuda", "fp16", True, "fp16"), ("cuda", "fp16", False, "fp16"), ("cuda", "fp32", True, "fp32"),
-    ("cuda", "bf16", True, "bf16"),
-])
-def test_training_precision(device, precision, bf16_supported, expected):
-    assert training_precision(device, precision, bf16_supported) == expected
-
-
-@pytest.mark.parametrize("device, precision, bf16_supported, message", [
-    ("cpu", "fp16", True, "training precision fp16 needs a CUDA device, but the device is cpu"),
-    ("cuda", "bf16", False, r"training precision bf16 is not supported by this CUDA device \(cuda\)"),
-    ("cuda", "fp8", True, "must be auto, fp32, bf16 or fp16"),
-])
-def test_training_precision_refused(device, precision, bf16_supported, message):
-    with pytest.raises(StageError, match=message) as error:
-        training_precision(device, precision, bf16_supported)
-    assert "\n" not in str(error.value)
-
-
+# ---------------------------------------------------------------- data loading
 def test_dataloader_workers_only_on_cuda(monkeypatch):
     """CPU training tokenizes in the loop, as it always did; on CUDA up to two workers per process
     tokenize ahead, leaving a core for the process itself."""
@@ -392,7 +370,7 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
     assert stats["loss_curve"] and all(math.isfinite(row["loss"]) for row in stats["loss_curve"])
     assert stats["batches"] == batch_statistics(expected_batches, doc_codes, TRAIN.batch_size)
     assert stats["batches"]["batches"] == stats["steps"]
-    assert stats["sampler"] == "greedy" and stats["precision"] == ("bf16" if cpu_has_bf16() else "fp32")  # auto
+    assert stats["sampler"] == "greedy" and stats["precision"] == "fp32"  # the default
     # the live curves, written while it trained, hold the trainer's logged steps: the loss curve it returned
     curves = {curve: pd.read_csv(tmp_path / f"live/plots/metrics/finetune/{curve}.tsv", sep="\t")
               for curve in ("loss", "learning_rate")}
@@ -462,23 +440,22 @@ def fake_cpu_bf16(monkeypatch, present: bool) -> None:
 
 
 def test_precision_on_cpu(tiny_model_dir, monkeypatch):
-    """On a CPU without bf16 units `auto` trains exactly as fp32 (the same weights, bit for bit);
-    on one with them `auto` is bf16, exactly as an explicit bf16 (CPU autocast: the weights end
-    elsewhere, and stay fp32); fp16 is refused in one line before any training."""
+    """The default trains in fp32; bf16 on a CPU with bf16 units is CPU autocast (the weights end
+    elsewhere, and stay fp32); on a CPU without them bf16 is refused in one line, as fp16 is on any
+    CPU, before any training."""
     one_epoch = dataclasses.replace(TRAIN, epochs=1)
-    fake_cpu_bf16(monkeypatch, False)
-    fp32, fp32_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp32"))
-    auto, auto_stats = train_once(tiny_model_dir, one_epoch)
+    assert one_epoch.precision == "fp32"
+    fake_cpu_bf16(monkeypatch, True)
+    fp32, fp32_stats = train_once(tiny_model_dir, one_epoch)
     bf16, bf16_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="bf16"))
-    assert auto_stats["precision"] == fp32_stats["precision"] == "fp32" and bf16_stats["precision"] == "bf16"
-    assert all(torch.equal(auto[k], fp32[k]) for k in fp32) and auto_stats["train_loss"] == fp32_stats["train_loss"]
+    assert fp32_stats["precision"] == "fp32" and bf16_stats["precision"] == "bf16"
     assert any(not torch.equal(bf16[k], fp32[k]) for k in fp32), "bf16 was asked for but not used"
     assert {tensor.dtype for tensor in bf16.values() if tensor.is_floating_point()} == {torch.float32}
-    fake_cpu_bf16(monkeypatch, True)
-    auto_bf16, auto_bf16_stats = train_once(tiny_model_dir, one_epoch)
-    assert auto_bf16_stats["precision"] == "bf16" and all(torch.equal(auto_bf16[k], bf16[k]) for k in bf16)
-    with pytest.raises(StageError, match="^training precision fp16 needs a CUDA device, but the device is cpu"):
+    with pytest.raises(StageError, match="^params `precision` is fp16, which needs a CUDA GPU, and this stage runs on cpu"):
         train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp16"))
+    fake_cpu_bf16(monkeypatch, False)
+    with pytest.raises(StageError, match="^params `precision` is bf16, but this CPU has no bf16 units"):
+        train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="bf16"))
 
 
 def test_bf16_cpu_training_keeps_fp32_master_weights_and_a_plain_fp32_model(tiny_model_dir, tmp_path, monkeypatch):
@@ -499,6 +476,7 @@ def test_bf16_cpu_training_keeps_fp32_master_weights_and_a_plain_fp32_model(tiny
         return result
 
     monkeypatch.setattr(SentenceTransformerTrainer, "train", train_and_look)
+    fake_cpu_bf16(monkeypatch, True)
     model = load_model(tiny_model_dir, "cpu")
     stats = train_on_pairs(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1, precision="bf16"), SEED, "cpu")
     assert stats["precision"] == "bf16" and optimizer_dtypes == {torch.float32}

@@ -20,7 +20,7 @@ from infocse.engines.ray import (
 )
 from infocse.errors import StageError
 from infocse.io import atomic_output, save_numpy
-from infocse.models import encoding_precision, load_model, precisions
+from infocse.models import check_precision, load_model, precisions
 from infocse.paths import SENTENCES
 
 
@@ -30,6 +30,7 @@ class SentenceEncoder:
     def __init__(self, model_path: str, device: str | None, max_seq_length: int, batch_size: int, sentences_path: str,
                  precision: str = "fp32"):
         self.model = load_model(model_path, device, max_seq_length)
+        check_precision(self.model.device, precision)  # the actor's device, which may not be the driver's
         self.batch_size = batch_size
         self.sentences_path = sentences_path
         self.precision = precision
@@ -38,10 +39,9 @@ class SentenceEncoder:
         rows = np.concatenate([np.arange(a, b) for a, b in zip(batch["start"], batch["stop"])])
         texts = [text for a, b in zip(batch["start"], batch["stop"])
                  for text in read_rows(self.sentences_path, int(a), int(b), ["text"]).column("text").to_pylist()]
-        ran = encoding_precision(self.model.device, self.precision)  # the actor's device, not the driver's
         return {"row": rows, "embedding": embed_sentences(self.model, texts, self.batch_size, show_progress_bar=False,
                                                           precision=self.precision),
-                "precision": np.full(len(rows), ran)}
+                "precision": np.full(len(rows), self.precision)}
 
 
 def encoder_resources(ray, engine: EngineConfig, device: str | None) -> tuple[int, float]:
@@ -66,7 +66,7 @@ def embed_with_ray(config: Config, model_path: Path | str, dest: Path | str,
         actors, gpus = encoder_resources(ray, engine, config.device)
         encoder_args = {"model_path": str(Path(model_path).resolve()), "device": config.device,
                         "max_seq_length": config.embed.max_seq_length, "batch_size": config.embed.batch_size,
-                        "sentences_path": str(Path(sentences_path).resolve()), "precision": config.embed.precision}
+                        "sentences_path": str(Path(sentences_path).resolve()), "precision": config.precision}
         embedded = map_partitions(partition_dataset(ray, bounds), SentenceEncoder, fn_constructor_kwargs=encoder_args,
                                   compute=ray.data.ActorPoolStrategy(size=actors), num_gpus=gpus,
                                   max_restarts=RETRIES, max_task_retries=RETRIES)
