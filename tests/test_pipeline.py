@@ -11,6 +11,7 @@ import sys
 
 import pandas as pd
 import pytest
+import yaml
 from pipeline_helpers import read_params, repro, run, update_params
 from pipeline_project import FEWSHOT_STAGES, ITERATION_STAGES, MAIN_STAGES, report_rows
 
@@ -44,6 +45,25 @@ def test_best_model_loads_without_project_code(built_project):
     result = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
                             env={"HF_HUB_OFFLINE": "1", "PATH": ""}, check=True)
     assert result.stdout.strip() == "(1, 32)"
+
+
+def test_the_delivered_models_carry_a_model_card(built_project):
+    """models/best and models/plusplus/best: a README.md in sentence-transformers' convention that
+    says how the model was made and scores what the metrics say (rerun byte-identical:
+    test_rerun_gives_byte_identical_outputs hashes every output)."""
+    project, _ = built_project
+    best = json.loads((project / "metrics/best.json").read_text())
+    card = (project / "models/best/README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["library_name"] == "sentence-transformers" and front["pipeline_tag"] == "sentence-similarity"
+    assert "base_model" not in front  # the tiny seed model is a local folder, not a hub id
+    assert f"| test | {best['test']['recall@1']:.3f} | {best['test']['recall@5']:.3f} |" in card
+    assert f"| val | {best['val']['recall@1']:.3f} |" in card and f"chosen by {best['selected_by']}" in card
+    assert "precision: fp32" in card and "documents" in card
+    plusplus = json.loads((project / "metrics/plusplus.json").read_text())
+    card = (project / "models/plusplus/best/README.md").read_text()
+    assert f"fine-tuned on {plusplus['labels']:,} labelled" in card
+    assert f"| test | {plusplus['test']['recall@1']:.3f} |" in card
 
 
 def test_dvc_metrics_and_plots_commands_work(built_project):

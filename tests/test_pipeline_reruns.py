@@ -21,13 +21,13 @@ def test_changing_k_reruns_clustering_onward_but_not_first_embed(project):
 
 def test_rerun_gives_byte_identical_outputs(project):
     before = locked_outputs(project)
-    repro(project, "--force", "--single-item", "prepare", "init", "embed@1", "cluster@1", "train@1", "evaluate@1")
+    repro(project, "--force", "--single-item", "prepare", "init", "embed@1", "cluster@1", "train@1", "evaluate@1", "select")
     after = locked_outputs(project)
     for path in ["data/corpus/documents.parquet", "data/corpus/sentences.parquet", "models/iterations/iter-0",
                  "data/iterations/iter-1/embeddings.npy", "data/iterations/iter-1/pairs.parquet",
                  "models/iterations/iter-1", "data/ranks/iter-1.parquet", "metrics/iterations/iter-1/retrieval.json",
                  "metrics/iterations/iter-0/live/plots", "metrics/iterations/iter-1/live/plots",
-                 "metrics/iterations/iter-1/live/metrics.json"]:
+                 "metrics/iterations/iter-1/live/metrics.json", "models/best"]:  # its model card included
         assert after[path] == before[path], path
 
 
