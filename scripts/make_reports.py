@@ -5,7 +5,8 @@
 writes reports/comparison.md, reports/convergence.png (scripts/compare_experiments.py),
 reports/fewshot.md, reports/plusplus_rounds.png (scripts/compare_fewshot.py),
 reports/paper_tables.md, reports/paper_tables.png (scripts/paper_tables.py) and
-reports/precision.md (scripts/precision_parity.py) from
+reports/precision.md (scripts/precision_parity.py), and the README's generated blocks with
+reports/glance.png (scripts/readme_results.py: the run files and the default run's reports/report.md) from
 `results/runs/*.json` alone; the same run files give the same bytes. New runs get there with
 `python -m scripts.export_runs` (after `dvc exp run` experiments; `--workspace NAME` for a
 `dvc repro` in the working tree).
@@ -13,7 +14,7 @@ reports/precision.md (scripts/precision_parity.py) from
 
 from __future__ import annotations
 
-from scripts import compare_experiments, compare_fewshot, paper_tables, precision_parity
+from scripts import compare_experiments, compare_fewshot, paper_tables, precision_parity, readme_results
 
 
 def main() -> None:
@@ -21,6 +22,7 @@ def main() -> None:
     compare_fewshot.main()
     paper_tables.main()
     precision_parity.main()
+    readme_results.main()
 
 
 if __name__ == "__main__":

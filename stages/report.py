@@ -1,8 +1,9 @@
-"""report: the run's table (reports/report.md), its headline metrics (metrics/summary.json) and
-the data of `dvc plots`: convergence, training loss and pair statistics (reports/run_*.csv).
+"""report: the run's report (reports/report.md: the headline first, then narrow tables), its
+headline metrics (metrics/summary.json), its plots (each iteration minus the seed model with its
+interval; seconds per stage) and the data of `dvc plots` (reports/run_*.csv).
 
-Rows are iterations (0 = f_0). Test deltas against f_0 carry paired-bootstrap 95% intervals over
-the test queries of this one run.
+Differences from iteration 0 (the seed model) carry paired bootstrap 95% intervals over the val or
+test queries of this one run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import pandas as pd
 from infocse.config import METRICS, load_config
 from infocse.errors import run_stage
 from infocse.io import atomic_output, read_json, write_json, write_text
-from infocse.paths import BEST_METRICS, CONVERGENCE_CSV, CONVERGENCE_PLOT, CORPUS_METRICS, REPORT, IterationPaths
+from infocse.model_card import METRIC_NAMES
+from infocse.paths import (BEST_METRICS, CONVERGENCE_CSV, CONVERGENCE_PLOT, CORPUS_METRICS, PLUSPLUS_METRICS, REPORT,
+                           IterationPaths, finetuned_metrics, finetuned_timing)
 from infocse.reporting import markdown_table, new_figure, paired_bootstrap, save_figure
 from infocse.retrieval import per_query_scores
+from infocse.stopping import round_names
 
 DELTA_METRICS = ("recall@1", "mrr@10")
 # Named here, not in infocse/paths.py: every stage depends on that file, and a new path there
@@ -24,6 +28,7 @@ DELTA_METRICS = ("recall@1", "mrr@10")
 SUMMARY = Path("metrics/summary.json")
 LOSS_CSV = Path("reports/run_loss.csv")
 PAIRS_CSV = Path("reports/run_pairs.csv")
+SECONDS_PLOT = Path("reports/run_seconds.png")
 # Always every column, NaN where a round has none: dvc.yaml's plots name them, `dvc plots` fails
 # on a named field that a file lacks, and Vega-Lite draws no point for NaN (all CSVs here: NaN).
 PAIR_STATISTICS = ("pairs", "mean_cluster_size", "mean_token_jaccard", "pair_source_precision",
@@ -39,49 +44,95 @@ def fmt(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def iteration_row(t: int, mixed: bool) -> dict:
-    paths = IterationPaths(t)
-    state = read_json(paths.retrieval)
-    pairs = read_optional(paths.metrics / "pairs.json")
-    seconds = {name: read_optional(paths.metrics / f"{name}.json").get("seconds") for name in ("embed", "train", "evaluate")}
-    train = read_optional(paths.metrics / "train.json")
+def status_of(t: int, state: dict, pairs: dict) -> str:
     if t == 0:
-        status = "seed" if pairs.get("method", "none") == "none" else f"seed + {pairs['method']}"
-    else:
-        status = "skipped (loop stopped)" if state["stopped"] else "trained"
-    row = {"iter": str(t), "status": status}
-    row.update({f"val {m}": fmt(state.get("val", {}).get(m)) for m in METRICS})
-    row.update({f"test {m}": fmt(state.get("test", {}).get(m)) for m in METRICS})
-    batches = train.get("batches", {})
-    row.update({"pairs": str(pairs.get("pairs", "–")), "mean cluster size": fmt(pairs.get("mean_cluster_size"), 2),
-                "token Jaccard": fmt(pairs.get("mean_token_jaccard")),
-                "top-10% docs' pair share": fmt(pairs.get("share_of_pairs_from_top_10pct_documents"), 2),
-                "batches": str(batches.get("batches", "–")), "mean batch": fmt(batches.get("mean_size"), 1),
-                "min batch": str(batches.get("min_size", "–")), "full batches": fmt(batches.get("share_full"), 2),
-                "embed s": fmt(seconds["embed"], 0), "IDC s": fmt(pairs.get("idc_seconds"), 2),
-                "train s": fmt(seconds["train"], 0), "eval s": fmt(seconds["evaluate"], 0)})
-    if "pairs_with_sources" in pairs or mixed:  # a mixed corpus: how many mined pairs are right
-        row["pairs from one source"] = fmt(pairs.get("pair_source_precision"))
-        row["pairs from one category"] = fmt(pairs.get("pair_category_precision"))
-    return row
+        return "seed" if pairs.get("method", "none") == "none" else f"seed + {pairs['method']}"
+    return "skipped (loop stopped)" if state["stopped"] else "trained"
 
 
-def test_deltas(iterations: list[int], samples: int, seed: int) -> pd.DataFrame:
-    """Per active iteration: mean per-query test difference against f_0 and its bootstrap interval."""
-    reference = pd.read_parquet(IterationPaths(0).ranks)
-    reference = reference[reference["split"] == "test"]
+def scores_of(t: int, split: str) -> pd.Series:
+    """Per-query ranks of iteration t on `split`, by doc_id."""
+    ranks = pd.read_parquet(IterationPaths(t).ranks)
+    return ranks[ranks["split"] == split].set_index("doc_id")["rank"]
+
+
+def paired_delta(t: int, reference: int, split: str, metric: str, samples: int, seed: int) -> dict | None:
+    """Mean per-query difference of iteration t minus `reference` on `split`, with its paired
+    bootstrap 95% interval; None where a side has no queries."""
+    joined = pd.concat([scores_of(t, split), scores_of(reference, split)], axis=1, join="inner", keys=["t", "ref"])
+    if joined.empty:
+        return None
+    difference = per_query_scores(joined["t"])[metric] - per_query_scores(joined["ref"])[metric]
+    mean, low, high = paired_bootstrap(difference, samples, seed)
+    return {"mean": mean, "low": low, "high": high, "queries": len(joined)}
+
+
+def interval_text(delta: dict | None) -> str:
+    return "–" if delta is None else f"{delta['mean']:+.3f} [{delta['low']:+.3f}, {delta['high']:+.3f}]"
+
+
+def contains_zero(delta: dict) -> bool:
+    return delta["low"] <= 0 <= delta["high"]
+
+
+def quality_rows(states: dict[int, dict], deltas: dict, metric: str) -> pd.DataFrame:
+    rows = []
+    for t, state in states.items():
+        row = {"iter": str(t), "status": status_of(t, state, read_optional(IterationPaths(t).metrics / "pairs.json")),
+               f"val {METRIC_NAMES[metric]}": fmt(state.get("val", {}).get(metric)),
+               f"Δ val {METRIC_NAMES[metric]} [95%]": interval_text(deltas.get((t, "val", metric))),
+               "test R@1": fmt(state.get("test", {}).get("recall@1")),
+               "Δ test R@1 [95%]": interval_text(deltas.get((t, "test", "recall@1"))),
+               "test MRR@10": fmt(state.get("test", {}).get("mrr@10")),
+               "Δ test MRR@10 [95%]": interval_text(deltas.get((t, "test", "mrr@10")))}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pair_rows(iterations: list[int], mixed: bool) -> pd.DataFrame:
     rows = []
     for t in iterations:
-        if read_json(IterationPaths(t).retrieval)["stopped"] or reference.empty:
+        pairs = read_optional(IterationPaths(t).metrics / "pairs.json")
+        batches = read_optional(IterationPaths(t).metrics / "train.json").get("batches", {})
+        if not pairs.get("pairs"):
             continue
-        ranks = pd.read_parquet(IterationPaths(t).ranks)
-        joined = reference.merge(ranks[ranks["split"] == "test"], on="doc_id", suffixes=("_seed", "_model"))
-        row = {"iter": str(t)}
-        for metric in DELTA_METRICS:
-            difference = per_query_scores(joined["rank_model"])[metric] - per_query_scores(joined["rank_seed"])[metric]
-            mean, low, high = paired_bootstrap(difference, samples, seed)
-            row[f"Δ {metric}"] = f"{mean:+.3f}"
-            row[f"Δ {metric} 95% CI"] = f"[{low:+.3f}, {high:+.3f}]"
+        row = {"iter": str(t), "pairs": f"{pairs['pairs']:,}", "mean cluster": fmt(pairs.get("mean_cluster_size"), 2),
+               "token Jaccard": fmt(pairs.get("mean_token_jaccard")),
+               "top-10% docs' share": fmt(pairs.get("share_of_pairs_from_top_10pct_documents"), 2),
+               "batches": str(batches.get("batches", "–")), "mean batch": fmt(batches.get("mean_size"), 1),
+               "full batches": fmt(batches.get("share_full"), 2)}
+        if mixed:  # a mixed corpus: how many mined pairs are right
+            row["from one source"] = fmt(pairs.get("pair_source_precision"))
+            row["from one category"] = fmt(pairs.get("pair_category_precision"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stage_seconds(iterations: list[int], finetuned: list[str]) -> pd.DataFrame:
+    """Seconds of each stage that records them, in pipeline order (select, labels and report record none)."""
+    rows = [("init", IterationPaths(0).metrics / "train.json"), ("evaluate_init", IterationPaths(0).metrics / "evaluate.json")]
+    for t in iterations:
+        rows += [(f"{name}@{t}", IterationPaths(t).metrics / f"{file}.json")
+                 for name, file in (("embed", "embed"), ("cluster", "pairs"), ("train", "train"), ("evaluate", "evaluate"))]
+    rows += [(f"{'finetune' if name in ('f0', 'best') else 'plusplus'}@{name.removeprefix('round-')}",
+              finetuned_timing(name)) for name in finetuned]
+    found = [(stage, read_optional(path).get("seconds")) for stage, path in rows]
+    return pd.DataFrame([(stage, seconds) for stage, seconds in found if seconds is not None], columns=["stage", "seconds"])
+
+
+def finetuned_rows(names: list[str]) -> pd.DataFrame:
+    labels = {"f0": "seed model, fine-tuned", "best": "InfoCSE (chosen iteration), fine-tuned"}
+    rows = []
+    for name in names:
+        result = read_optional(finetuned_metrics(name))
+        if not result or result.get("skipped"):
+            continue
+        row = {"model": labels.get(name, f"InfoCSE++ {name.replace('-', ' ')}")}
+        if result.get("stopped"):
+            row.update({"val MRR@10": "–", "test R@1": "–", "test MRR@10": "–", "status": "skipped (stopped)"})
+        else:
+            row.update({"val MRR@10": fmt(result["val"].get("mrr@10")), "test R@1": fmt(result["test"].get("recall@1")),
+                        "test MRR@10": fmt(result["test"].get("mrr@10")), "status": "fine-tuned"})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -134,19 +185,78 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
         frame.to_csv(tmp, index=False, float_format="%.6f", na_rep="NaN")
 
 
-def plot_convergence(curve: pd.DataFrame, metric: str) -> None:
-    figure, axis = new_figure()
-    for split in ("val", "test"):
-        column = f"{split}_{metric}"
-        if column in curve and curve[column].notna().any():
-            axis.plot(curve["iteration"], curve[column], marker="o", label=f"{split} {metric}")
-    axis.set_xlabel("iteration (0 = f_0)")
-    axis.set_ylabel(metric)
-    axis.set_xticks(curve["iteration"])
-    axis.set_title("InfoCSE convergence")
+def plot_deltas(deltas: dict, iterations: list[int], metric: str) -> None:
+    """Each iteration minus the seed model, with its paired bootstrap 95% interval and a zero line:
+    the scale is the difference, so a step inside the noise does not look like a jump."""
+    figure, axis = new_figure(7, 4)
+    series = [("val", metric), ("test", "recall@1"), ("test", "mrr@10")]
+    for offset, (split, name) in zip((-0.12, 0.0, 0.12), series):
+        points = [(t, deltas[t, split, name]) for t in iterations if deltas.get((t, split, name))]
+        if points:
+            x = [t + offset for t, _ in points]
+            y = [d["mean"] for _, d in points]
+            error = [[d["mean"] - d["low"] for _, d in points], [d["high"] - d["mean"] for _, d in points]]
+            axis.errorbar(x, y, yerr=error, fmt="o", capsize=4, label=f"{split} {METRIC_NAMES[name]}")
+    axis.axhline(0.0, color="black", linewidth=0.8)
+    axis.set_xticks(iterations)
+    axis.set_xlabel("iteration")
+    axis.set_ylabel("minus the seed model (95% interval)")
+    axis.set_title("Each iteration against the seed model (iteration 0)")
     if axis.get_legend_handles_labels()[0]:
-        axis.legend()
+        axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     save_figure(figure, CONVERGENCE_PLOT)
+
+
+def plot_seconds(seconds: pd.DataFrame) -> None:
+    figure, axis = new_figure(7, max(2.5, 0.3 * len(seconds) + 1))
+    axis.barh(seconds["stage"][::-1], seconds["seconds"][::-1])
+    axis.set_xlabel("seconds")
+    axis.set_title("Seconds per stage")
+    save_figure(figure, SECONDS_PLOT)
+
+
+def headline_lines(states: dict[int, dict], best: int, deltas: dict, metric: str, config, corpus: dict) -> list[str]:
+    """What a reader needs first: the chosen model, its test difference from the seed model, and
+    whether this run (or its validation) can tell them apart."""
+    first = states[0]
+    lines = []
+    if first.get("val_queries", 0):
+        lines.append(f"**Iteration {best} chosen** by validation {METRIC_NAMES[metric]} ({first['val_queries']:,} "
+                     "queries): `models/best`.")
+    elif corpus.get("documents_with_title") == 0:
+        return [f"No document has a title, so there are no retrieval queries and no retrieval metrics: the tables show "
+                f"pair statistics and seconds only. Nothing stopped the loop early, and the last iteration run "
+                f"(**{best}**) is `models/best`."]
+    else:
+        lines.append(f"No val queries, so no validation was possible: nothing stopped the loop early, and the last "
+                     f"iteration run (**{best}**) is `models/best`, not chosen by any metric (test chooses nothing).")
+    r1, mrr = deltas.get((best, "test", "recall@1")), deltas.get((best, "test", "mrr@10"))
+    if best == 0:
+        lines.append("The seed model itself was kept: no trained iteration beat it on validation.")
+    elif r1 and mrr:
+        lines.append(f"Against the seed model on {r1['queries']:,} test queries: R@1 {interval_text(r1)}, MRR@10 "
+                     f"{interval_text(mrr)} (mean per-query difference, paired bootstrap 95%, "
+                     f"{config.bootstrap_samples:,} resamples).")
+        above, below = any(d["low"] > 0 for d in (r1, mrr)), any(d["high"] < 0 for d in (r1, mrr))
+        lines.append("This run cannot tell the chosen model from the seed model on test: both intervals contain 0."
+                     if not (above or below) else
+                     "On test this run puts the chosen model above the seed model (an interval above 0)." if not below
+                     else "On test this run puts the chosen model below the seed model (an interval below 0)." if not above
+                     else "On test R@1 and MRR@10 disagree: one interval is above 0, the other below.")
+    if first.get("val_queries", 0):
+        active = [t for t, state in states.items() if not state["stopped"] and t != best]
+        close = {t: deltas.get((best, t, "val-pair")) for t in active}
+        within = [t for t, delta in close.items() if delta and contains_zero(delta)]
+        if within:
+            named = " and ".join(str(t) for t in within)
+            lines.append(f"Validation cannot tell iteration {best} from iteration {named} (val {METRIC_NAMES[metric]} "
+                         f"of {best} minus " + ", ".join(f"{t}: {interval_text(close[t])}" for t in within) + ")"
+                         + ("; the trained model is " + ", ".join(f"`models/iterations/iter-{t}`" for t in within if t)
+                            if best == 0 and any(within) else "") + ".")
+        elif active:
+            lines.append(f"Validation separates iteration {best} from every other iteration run.")
+    lines.append("One run is one training seed and one label split: the README gives the spread over seeds.")
+    return lines
 
 
 def main() -> None:
@@ -161,36 +271,47 @@ def main() -> None:
                                                for split in ("val", "test") for m in METRICS}}
                           for t, state in states.items() if not state["stopped"]])
     write_csv(curve, CONVERGENCE_CSV)
-    plot_convergence(curve, metric)
     write_csv(loss_curves(iterations), LOSS_CSV)
     write_csv(pair_statistics(iterations), PAIRS_CSV)
     write_json(SUMMARY, headline(states, best))
-    if first.get("val_queries", 0):
-        chosen = f"Best iteration by validation: **{best}**."
-    elif corpus.get("documents_with_title") == 0:
-        chosen = (f"No document has a title, so there are no retrieval queries and no retrieval metrics: the table "
-                  f"shows pair statistics only. No validation was possible: nothing stopped the loop early, and "
-                  f"the last iteration run (**{best}**) was kept.")
-    else:
-        chosen = (f"No val queries, so no validation was possible: nothing stopped the loop early, and the last "
-                  f"iteration run (**{best}**) was kept, not chosen by any metric (test was not used to choose).")
-    lines = ["# InfoCSE run report", "",
-             f"Corpus: {corpus.get('documents')} documents, {corpus.get('sentences')} sentences; "
-             f"{first.get('val_queries', 0)} val and {first.get('test_queries', 0)} test queries "
-             f"against all {first.get('candidates', 0)} bodies. Validation metric: {metric}. {chosen}"
-             + (f" Training documents: {corpus['mixed_documents']} mixed documents of several sources each; the "
-                "pair columns say how many mined pairs have both sentences from one source, and from one "
-                "category." if mixed else ""), "",
-             markdown_table(pd.DataFrame([iteration_row(t, mixed) for t in iterations]))]
-    deltas = test_deltas(config.iterations, config.bootstrap_samples, config.seed)
-    if not deltas.empty:
-        lines += ["", f"Test deltas against iteration 0: mean per-query difference over the "
-                      f"{first.get('test_queries', 0)} test queries, with a paired bootstrap 95% interval "
-                      f"({config.bootstrap_samples} resamples):", "", markdown_table(deltas)]
-    lines += ["", "An interval that contains 0 means this run cannot tell the model from iteration 0 on test. "
-                  "One run is one training seed and one label split; see the README for the spread over several.", ""]
+
+    active = [t for t, state in states.items() if not state["stopped"]]
+    deltas, samples, seed = {}, config.bootstrap_samples, config.seed
+    for t in active[1:]:
+        for split, name in (("val", metric), ("test", "recall@1"), ("test", "mrr@10")):
+            deltas[t, split, name] = paired_delta(t, 0, split, name, samples, seed)
+    for t in active:
+        if t != best:
+            deltas[best, t, "val-pair"] = paired_delta(best, t, "val", metric, samples, seed)
+    plot_deltas(deltas, iterations, metric)
+    finetuned = ["f0", *round_names(config).values()]
+    seconds = stage_seconds(config.iterations, finetuned)
+    plot_seconds(seconds)
+
+    lines = ["# InfoCSE run report", "", *headline_lines(states, best, deltas, metric, config, corpus), "",
+             f"Corpus: {corpus.get('documents', 0):,} documents, {corpus.get('sentences', 0):,} sentences; "
+             f"{first.get('val_queries', 0):,} val and {first.get('test_queries', 0):,} test queries against all "
+             f"{first.get('candidates', 0):,} bodies.", "",
+             "## Quality per iteration", "",
+             "Δ: minus iteration 0 (the seed model), mean per-query difference with its paired bootstrap 95% interval. "
+             "Plot: `reports/run_convergence.png`.", "",
+             markdown_table(quality_rows(states, deltas, metric)), ""]
+    pairs = pair_rows(iterations, mixed)
+    if not pairs.empty:
+        lines += ["## Pairs and batches", "", markdown_table(pairs), ""]
+    tuned = finetuned_rows(finetuned)
+    if not tuned.empty:
+        plusplus = read_optional(PLUSPLUS_METRICS)
+        lines += [f"## Fine-tuned on {read_optional(finetuned_metrics('f0')).get('labels', 0):,} labels", "",
+                  markdown_table(tuned), "",
+                  f"Chosen: InfoCSE++ round {plusplus.get('best_round')} by {plusplus.get('selected_by')}: "
+                  "`models/plusplus/best`, the model to use when you have these labels.", ""]
+    if not seconds.empty:
+        total = pd.DataFrame([("total", seconds["seconds"].sum())], columns=["stage", "seconds"])
+        table = pd.concat([seconds, total]).assign(seconds=lambda f: f["seconds"].map(lambda v: f"{v:,.0f}"))
+        lines += ["## Seconds per stage", "", "Plot: `reports/run_seconds.png`.", "", markdown_table(table), ""]
     write_text(REPORT, "\n".join(lines))
-    print(f"wrote {REPORT}, {SUMMARY}, {CONVERGENCE_PLOT}, {LOSS_CSV}, {PAIRS_CSV}")
+    print(f"wrote {REPORT}, {SUMMARY}, {CONVERGENCE_PLOT}, {SECONDS_PLOT}, {LOSS_CSV}, {PAIRS_CSV}")
 
 
 if __name__ == "__main__":

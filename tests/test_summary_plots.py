@@ -161,3 +161,56 @@ def test_dvc_exp_show_leads_with_the_headline_metrics(project):
         columns += [f"{key}.{sub}" for sub in value] if isinstance(value, dict) else [key]
     start = max(header.index(name) for name in EXP_SHOW_FIXED_COLUMNS if name in header) + 1
     assert header[start:start + len(columns)] == columns, header[:start + len(columns)]
+
+
+# ---------------------------------------------------------------- the run report (reports/report.md)
+def report_table(report: str, heading: str) -> pd.DataFrame:
+    """The Markdown table under `## heading`, as strings."""
+    from pipeline_project import report_rows
+
+    rows = report_rows(report.split(f"## {heading}")[1].split("\n## ")[0])
+    return pd.DataFrame(rows[2:], columns=rows[0])
+
+
+def test_the_run_report_leads_with_its_headline_and_stays_narrow(built_project):
+    """Headline first; every difference from the seed model equals the difference of the two
+    iterations' own metrics (the paired mean over the same queries); the fine-tuned models and
+    every stage's seconds are there; no line is wider than 160 characters."""
+    project = built_project[0]
+    report = (project / "reports/report.md").read_text()
+    best = read_json(project / "metrics/best.json")["iteration"]
+    assert report.splitlines()[2].startswith(f"**Iteration {best} chosen** by validation")
+    assert max(map(len, report.splitlines())) <= 160
+    states = iteration_metrics(project, "retrieval.json")
+    quality = report_table(report, "Quality per iteration").set_index("iter")
+    for t in (1,):
+        difference = states[t]["test"]["recall@1"] - states[0]["test"]["recall@1"]
+        assert float(quality.loc[str(t), "Δ test R@1 [95%]"].split()[0]) == pytest.approx(difference, abs=5e-4)
+    assert quality.loc["0", "Δ test R@1 [95%]"] == "–"
+    tuned = report_table(report, "Fine-tuned on").set_index("model")
+    for start, name in (("f0", "seed model, fine-tuned"), ("best", "InfoCSE (chosen iteration), fine-tuned")):
+        assert tuned.loc[name, "test R@1"] == f"{read_json(project / f'metrics/finetuned/{start}.json')['test']['recall@1']:.3f}"
+    seconds = report_table(report, "Seconds per stage").set_index("stage")
+    assert {"init", "evaluate_init", "embed@1", "cluster@1", "train@1", "evaluate@1", "finetune@f0", "finetune@best",
+            "plusplus@2", "total"} <= set(seconds.index)
+    assert (project / "reports/run_seconds.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_headline_says_when_validation_cannot_tell_iterations_apart():
+    """A made-up run: the seed model kept, iteration 1 within validation noise of it, iteration 2
+    clearly below: the headline names the trained model as good by validation; with iteration 1
+    also separated, it says validation separates them."""
+    from types import SimpleNamespace
+
+    from stages.report import headline_lines
+
+    states = {t: {"stopped": False, "val_queries": 170, "val_metric": "mrr@10"} for t in (0, 1, 2)}
+    config = SimpleNamespace(bootstrap_samples=2000)
+    noise = {"mean": -0.002, "low": -0.020, "high": 0.016, "queries": 170}
+    apart = {"mean": 0.040, "low": 0.010, "high": 0.070, "queries": 170}
+    lines = headline_lines(states, 0, {(0, 1, "val-pair"): noise, (0, 2, "val-pair"): apart}, "mrr@10", config, {})
+    text = " ".join(lines)
+    assert "Validation cannot tell iteration 0 from iteration 1" in text
+    assert "the trained model is `models/iterations/iter-1`" in text and "iter-2" not in text
+    lines = headline_lines(states, 0, {(0, 1, "val-pair"): apart, (0, 2, "val-pair"): apart}, "mrr@10", config, {})
+    assert "Validation separates iteration 0 from every other iteration run." in lines
