@@ -83,7 +83,7 @@ NOT_RUN = "not run"
 HOLDS, NOT_SHOWN, CONTRADICTED = "holds", "not shown", "contradicted"
 BEATS, CLOSE = "beats", "close"  # the two kinds of claim: A - B > 0, and |A - B| below CLOSE_MARGIN
 CLOSE_MARGIN = 0.02  # test R@1; the difference below which two methods count as the same
-MORE_SEEDS_MEAN = 0.02  # a mean beyond this with 0 inside its interval at n = 3 asks for seeds 3 and 4
+PRESET_SEEDS = (0, 1, 2)  # the seeds every comparison was planned at, before any run was looked at
 
 
 # ------------------------------------------------------------------------------------------ verdicts
@@ -115,10 +115,12 @@ def combined_verdict(verdicts: list[str]) -> str:
     return HOLDS if all(verdict == HOLDS for verdict in verdicts) else NOT_SHOWN
 
 
-def wants_more_seeds(interval: dict) -> bool:
-    """The plan's rule: a mean beyond 0.02 whose interval still contains 0 at n = 3 gets seeds 3 and 4."""
-    return (interval["n"] == 3 and abs(interval["mean"]) > MORE_SEEDS_MEAN
-            and interval["low"] <= 0 <= interval["high"])
+def at_preset_seeds(interval: dict) -> dict:
+    """The interval over the pre-set seeds alone, from the per-seed differences it was made of."""
+    if "by_seed" not in interval:  # not made by seed (an empty placeholder)
+        return interval
+    differences = interval["by_seed"]
+    return t_interval([differences[seed] for seed in sorted(differences) if seed in PRESET_SEEDS])
 
 
 # ------------------------------------------------------------------------------------------ pairing
@@ -135,7 +137,8 @@ def minus(first: dict, second: dict) -> dict:
 
 
 def interval_of(differences: dict) -> dict:
-    return t_interval([differences[seed] for seed in sorted(differences)])
+    """The 95% t-interval over every seed, keeping the per-seed differences (`at_preset_seeds`)."""
+    return {**t_interval([differences[seed] for seed in sorted(differences)]), "by_seed": differences}
 
 
 def paired(first: list[dict], second: list[dict], metric: str = CLAIM_METRIC) -> dict:
@@ -575,13 +578,15 @@ def study_claims(variant: tuple, group: list[dict], convergence: dict[int, list[
 
 
 def part_text(label: str, interval: dict, kind: str, several: bool) -> str:
+    """The comparison at the pre-set seeds (its verdict's evidence), then any follow-up seeds beside it."""
+    preset = at_preset_seeds(interval)
     if interval["n"] == 0:
         return f"{label}: {NOT_RUN}"
-    text = f"{label}: {format_interval(interval)}"
+    text = f"{label}: {format_interval(preset) if preset['n'] else NOT_RUN}"
     if several:
-        text += f", {claim_verdict(interval, kind)}"
-    if wants_more_seeds(interval):
-        text += f" (mean beyond {MORE_SEEDS_MEAN}, 0 inside at n = 3: seeds 3 and 4 wanted)"
+        text += f", {claim_verdict(preset, kind)}"
+    if interval["n"] > preset["n"]:
+        text += f" (follow-up, seeds added after that look: {format_interval(interval)})"
     return text
 
 
@@ -589,7 +594,7 @@ def claims_table(claims: list[dict]) -> str:
     records = []
     for item in claims:
         parts = item["parts"]
-        verdict = combined_verdict([claim_verdict(interval, item["kind"]) for _, interval in parts])
+        verdict = combined_verdict([claim_verdict(at_preset_seeds(interval), item["kind"]) for _, interval in parts])
         evidence = [part_text(label, interval, item["kind"], len(parts) > 1) for label, interval in parts]
         records.append([item["claim"], item["corpus"], verdict, "; ".join(evidence)])
     return markdown_table(pd.DataFrame(records, columns=["claim", "corpus", "verdict", "evidence"]))
@@ -632,8 +637,10 @@ RULES = [
     "contradicted when it lies wholly outside, else not shown.",
     "- One run (n = 1) has no interval: not shown. No run: not run. A claim of several comparisons holds when "
     "every one holds, is contradicted when one is, is not run when none ran, and is not shown otherwise.",
-    f"- Where a mean is beyond {MORE_SEEDS_MEAN} and its interval still contains 0 at n = 3, the evidence says "
-    "that seeds 3 and 4 are wanted before the verdict can be written.",
+    f"- Every verdict is read at seeds {', '.join(map(str, PRESET_SEEDS))}, the n fixed before any run was looked "
+    "at. Seeds added later to some comparisons (3 and 4, after an n = 3 look) are shown beside it as a follow-up "
+    "and never change a verdict: adding seeds only where an interval held 0 would make false verdicts likelier "
+    "than the 5% the intervals promise.",
 ]
 
 
