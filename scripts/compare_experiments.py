@@ -495,8 +495,12 @@ def plot_convergence(runs: list[dict], path: Path = PLOT) -> None:
     rows = collect(runs)[0] if runs else []
     curves = [r for r in rows if r.get("curve")]
     corpora = sorted({r["corpus"] for r in curves})
-    figure = Figure(figsize=(6 * max(1, len(corpora)), 4))
-    axes = figure.subplots(1, max(1, len(corpora)), squeeze=False)[0]
+    lines_of = {corpus: len({(r["evaluation"], r["setting"], r["method"]) for r in curves if r["corpus"] == corpus})
+                for corpus in corpora}
+    # one panel per corpus, stacked, each with its legend below it: the labels are long, the curves many
+    heights = [3.4 + 0.13 * lines_of.get(corpus, 0) for corpus in corpora] or [3.0]
+    figure = Figure(figsize=(11, sum(heights)))
+    axes = figure.subplots(max(1, len(corpora)), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     if not corpora:
         axes[0].text(0.5, 0.5, "no runs with InfoCSE iterations yet", ha="center", va="center")
         axes[0].set_axis_off()
@@ -504,6 +508,7 @@ def plot_convergence(runs: list[dict], path: Path = PLOT) -> None:
         mine = [r for r in curves if r["corpus"] == corpus]
         keys = varying_keys([r["setting_params"] for r in mine], ALWAYS_SHOWN)
         evaluation_keys = varying_keys([json.loads(r["evaluation"]) for r in mine])  # e.g. a mix, a precision
+        widest = 0
         for evaluation, setting, method in sorted({(r["evaluation"], r["setting"], r["method"]) for r in mine}):
             lines = [dict(r["curve"]) for r in mine if (r["evaluation"], r["setting"], r["method"]) ==
                      (evaluation, setting, method)]
@@ -512,11 +517,13 @@ def plot_convergence(runs: list[dict], path: Path = PLOT) -> None:
             parts = [label(json.loads(evaluation), evaluation_keys)] if evaluation_keys else []
             name = ", ".join([*parts, label(json.loads(setting), keys).replace("budget.", "")])
             axis.plot(steps, means, marker="o", label=f"{method}, {name} (n={len(lines)})")
+            widest = max(widest, len(f"{method}, {name} (n={len(lines)})"))
+        figure.set_figwidth(max(figure.get_figwidth(), 0.05 * widest + 1.5))  # the legend's longest label fits
         axis.set_title(f"{corpus}: validation {mine[0]['val_metric']} per iteration (mean over runs)", fontsize=9)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_xlabel("iteration (0 = f_0)")
         axis.set_ylabel(f"val {mine[0]['val_metric']}")
-        axis.legend(fontsize=6)
+        axis.legend(fontsize=6, loc="upper left", bbox_to_anchor=(0.0, -0.32), frameon=False)
     save_figure(figure, path)
 
 

@@ -762,20 +762,24 @@ def plot_fewshot(runs: list[dict], path: Path = PLOT) -> None:
     chosen = newest_groups(fewshot_groups, lambda items: True)[0]
     variants = shown_variants(chosen, mixed=False)
     budgets = fewshot_budgets(fewshot_groups, chosen)
-    figure = Figure(figsize=(5 * len(variants), 4))
+    figure = Figure(figsize=(5.5 * len(variants), 4.8))
     for axis, variant in zip(figure.subplots(1, len(variants), squeeze=False)[0], variants):
         group = fewshot_groups[chosen[variant]] if variant in chosen else []
-        for start in (SEED_MODEL, few_shot.best_baseline(group), "InfoCSE", "InfoCSE++"):
+        starts = (SEED_MODEL, few_shot.best_baseline(group), "InfoCSE", "InfoCSE++")
+        for offset, start in zip((-0.09, -0.03, 0.03, 0.09), starts):
             points = [(i, of(of(group, start, "start"), budget, "budget")) for i, budget in enumerate(budgets)]
-            points = [(i, items) for i, items in points if items]
-            if start and points:
-                axis.plot([i for i, _ in points], [statistics.mean(by_seed(items).values()) for _, items in points],
-                          marker="o", label=f"{start} (n = {', '.join(str(len(items)) for _, items in points)})")
+            points = [(i, t_interval(list(by_seed(items).values()))) for i, items in points if items]
+            if start and points:  # error bars: the 95% t-interval of the mean (none for one run)
+                axis.errorbar([i + offset for i, _ in points], [iv["mean"] for _, iv in points], capsize=3, marker="o",
+                              yerr=[[iv["mean"] - (iv["low"] if iv["low"] is not None else iv["mean"]) for _, iv in points],
+                                    [(iv["high"] if iv["high"] is not None else iv["mean"]) - iv["mean"]
+                                     for _, iv in points]],
+                              label=f"{start} (n = {', '.join(str(iv['n']) for _, iv in points)})")
         axis.set_xticks(range(len(budgets)), [f"{b} labels" for b in budgets])
-        axis.set_ylabel("test R@1 after fine-tuning (mean over seeds)")
+        axis.set_ylabel("test R@1 after fine-tuning\n(mean over seeds, 95% t-interval)")
         axis.set_title(variant_name(variant), fontsize=9)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=7)
+        if axis.get_legend_handles_labels()[0]:  # below the axis, where it covers no point
+            axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
         else:
             axis.text(0.5, 0.5, "no few-shot runs yet", ha="center", va="center", transform=axis.transAxes)
     save_figure(figure, path)
