@@ -30,7 +30,8 @@ def metric_rows(rows: dict[str, dict]) -> list[str]:
     lines = ["| | " + " | ".join(METRIC_NAMES.values()) + " |", "|---|" + "---|" * len(METRIC_NAMES)]
     for name, values in rows.items():
         if values:
-            lines.append(f"| {name} | " + " | ".join(f"{values.get(m, float('nan')):.3f}" for m in METRIC_NAMES) + " |")
+            sign = "+" if "−" in name else ""  # a difference: signed
+            lines.append(f"| {name} | " + " | ".join(f"{values.get(m, float('nan')):{sign}.3f}" for m in METRIC_NAMES) + " |")
     return lines
 
 

@@ -8,6 +8,7 @@ test queries of this one run.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -235,8 +236,8 @@ def headline_lines(states: dict[int, dict], best: int, deltas: dict, metric: str
         lines.append("The seed model itself was kept: no trained iteration beat it on validation.")
     elif r1 and mrr:
         lines.append(f"Against the seed model on {r1['queries']:,} test queries: R@1 {interval_text(r1)}, MRR@10 "
-                     f"{interval_text(mrr)} (mean per-query difference, paired bootstrap 95%, "
-                     f"{config.bootstrap_samples:,} resamples).")
+                     f"{interval_text(mrr)}")
+        lines.append(f"(mean per-query difference, paired bootstrap 95%, {config.bootstrap_samples:,} resamples).")
         above, below = any(d["low"] > 0 for d in (r1, mrr)), any(d["high"] < 0 for d in (r1, mrr))
         lines.append("This run cannot tell the chosen model from the seed model on test: both intervals contain 0."
                      if not (above or below) else
@@ -248,15 +249,15 @@ def headline_lines(states: dict[int, dict], best: int, deltas: dict, metric: str
         close = {t: deltas.get((best, t, "val-pair")) for t in active}
         within = [t for t, delta in close.items() if delta and contains_zero(delta)]
         if within:
-            named = " and ".join(str(t) for t in within)
-            lines.append(f"Validation cannot tell iteration {best} from iteration {named} (val {METRIC_NAMES[metric]} "
+            named = ("iteration " if len(within) == 1 else "iterations ") + " and ".join(str(t) for t in within)
+            lines.append(f"Validation cannot tell iteration {best} from {named} (val {METRIC_NAMES[metric]} "
                          f"of {best} minus " + ", ".join(f"{t}: {interval_text(close[t])}" for t in within) + ")"
                          + ("; the trained model is " + ", ".join(f"`models/iterations/iter-{t}`" for t in within if t)
                             if best == 0 and any(within) else "") + ".")
         elif active:
             lines.append(f"Validation separates iteration {best} from every other iteration run.")
     lines.append("One run is one training seed and one label split: the README gives the spread over seeds.")
-    return lines
+    return [wrapped for line in lines for wrapped in textwrap.wrap(line, 150)]  # no line wider than a terminal
 
 
 def main() -> None:
@@ -308,7 +309,8 @@ def main() -> None:
                   "`models/plusplus/best`, the model to use when you have these labels.", ""]
     if not seconds.empty:
         total = pd.DataFrame([("total", seconds["seconds"].sum())], columns=["stage", "seconds"])
-        table = pd.concat([seconds, total]).assign(seconds=lambda f: f["seconds"].map(lambda v: f"{v:,.0f}"))
+        table = pd.concat([seconds, total]).assign(
+            seconds=lambda f: f["seconds"].map(lambda v: f"{v:,.1f}" if v < 10 else f"{v:,.0f}"))
         lines += ["## Seconds per stage", "", "Plot: `reports/run_seconds.png`.", "", markdown_table(table), ""]
     write_text(REPORT, "\n".join(lines))
     print(f"wrote {REPORT}, {SUMMARY}, {CONVERGENCE_PLOT}, {SECONDS_PLOT}, {LOSS_CSV}, {PAIRS_CSV}")
