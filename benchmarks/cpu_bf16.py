@@ -123,7 +123,8 @@ def main() -> None:
             value = {precision: float(np.median(values)) for precision, values in results.items()}
             unit = "s" if name == "evaluate" else ("sentences/s" if name == "embed" else "pairs/s")
             ratio_bf16 = (value["fp32"] / value["bf16"]) if name == "evaluate" else (value["bf16"] / value["fp32"])
-            rows.append(f"| {threads} | {name} ({unit}) | {value['fp32']:.1f} | {value['bf16']:.1f} | {ratio_bf16:.2f}x |")
+            rows.append(f"| {threads} | {name} ({unit}) | {value['fp32']:.1f} | {value['bf16']:.1f} | "
+                        f"{ratio_bf16:.2f}x |")
             print(rows[-1], flush=True)
     print("\n| threads | work | fp32 | bf16 | bf16 speed-up |")
     print("|---|---|---|---|---|")

@@ -121,7 +121,8 @@ def training_steps(source: str, texts: list[str], steps: int, rounds: int) -> li
     s, b = statistics.median(stage_ms), statistics.median(bare_ms)
     return ["| training, width-32 6-layer BERT, batch 32, length 64 | ms per step (median) | min-max |",
             "|---|---|---|",
-            f"| train stage's `train_on_pairs` (trainer; collator tokenizes) | {s:.1f} | {min(stage_ms):.1f}-{max(stage_ms):.1f} |",
+            f"| train stage's `train_on_pairs` (trainer; collator tokenizes) | {s:.1f} | "
+            f"{min(stage_ms):.1f}-{max(stage_ms):.1f} |",
             f"| bare loop, batches tokenized beforehand | {b:.1f} | {min(bare_ms):.1f}-{max(bare_ms):.1f} |",
             f"| host work the trainer adds per step | {s - b:.1f} ({(s - b) / s:.0%} of its step) | |",
             f"| the trainer's set-up per call (seconds, one round) | {setup[0]:.2f} | |"]
@@ -132,7 +133,8 @@ def start_up(source: str, rounds: int) -> list[str]:
     commands = {"python alone": "pass", "import torch": "import torch",
                 **{f"import stages.{name}": f"import stages.{name}" for name in STAGES}}
     for name, code in commands.items():
-        median, low, high = median_of(rounds, lambda code=code: subprocess.run([sys.executable, "-c", code], check=True))
+        median, low, high = median_of(rounds, lambda code=code: subprocess.run([sys.executable, "-c", code],
+                                                                                check=True))
         rows.append(f"| {name} | {median:.2f} | {low:.2f}-{high:.2f} |")
     median, low, high = median_of(rounds, lambda: load_model(source, "cpu"))
     rows.append(f"| load the seed model (in a warm process) | {median:.2f} | {low:.2f}-{high:.2f} |")

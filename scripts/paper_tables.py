@@ -769,11 +769,11 @@ def plot_fewshot(runs: list[dict], path: Path = PLOT) -> None:
         for offset, start in zip((-0.09, -0.03, 0.03, 0.09), starts):
             points = [(i, of(of(group, start, "start"), budget, "budget")) for i, budget in enumerate(budgets)]
             points = [(i, t_interval(list(by_seed(items).values()))) for i, items in points if items]
+            bounds = [(iv["mean"], iv["low"] if iv["low"] is not None else iv["mean"],
+                       iv["high"] if iv["high"] is not None else iv["mean"]) for _, iv in points]
             if start and points:  # error bars: the 95% t-interval of the mean (none for one run)
                 axis.errorbar([i + offset for i, _ in points], [iv["mean"] for _, iv in points], capsize=3, marker="o",
-                              yerr=[[iv["mean"] - (iv["low"] if iv["low"] is not None else iv["mean"]) for _, iv in points],
-                                    [(iv["high"] if iv["high"] is not None else iv["mean"]) - iv["mean"]
-                                     for _, iv in points]],
+                              yerr=[[mean - low for mean, low, _ in bounds], [high - mean for mean, _, high in bounds]],
                               label=f"{start} (n = {', '.join(str(iv['n']) for _, iv in points)})")
         axis.set_xticks(range(len(budgets)), [f"{b} labels" for b in budgets])
         axis.set_ylabel("test R@1 after fine-tuning\n(mean over seeds, 95% t-interval)")

@@ -137,6 +137,10 @@ def crafted_project(tmp_path, monkeypatch) -> Path:
         model = tmp_path / f"models/iterations/iter-{t}"
         model.mkdir(parents=True)
         (model / "weights.txt").write_text(f"iter-{t}")
+        metrics = tmp_path / f"metrics/iterations/iter-{t}"  # what init and train write, for the model card
+        metrics.mkdir(parents=True)
+        (metrics / "train.json").write_text(json.dumps({"skipped": t == 0, "steps": 1, "train_loss": 1.0, "pairs": 2}))
+    (tmp_path / "metrics/corpus.json").write_text(json.dumps({"documents": len(DOCS), "sentences": 2 * len(DOCS)}))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -14,9 +14,9 @@ from pipeline_project import FEWSHOT_STAGES, FROZEN
 def test_changing_k_reruns_clustering_onward_but_not_first_embed(project):
     update_params(project, {"idc": {"k": 2}})
     ran, _ = repro(project)
-    assert ran[:5] == ["cluster@1", "train@1", "evaluate@1", "select", "report"], ran
+    assert ran[:4] == ["cluster@1", "train@1", "evaluate@1", "select"] and ran[-1] == "report", ran
     # the InfoCSE++ rounds (which use K) follow, and fine-tuning if the selected model changed; nothing else
-    assert {"plusplus@2", "plusplus@3", "select_plusplus"} <= set(ran[5:]) <= set(FEWSHOT_STAGES) - {"labels", "finetune@f0"}, ran
+    assert {"plusplus@2", "plusplus@3", "select_plusplus"} <= set(ran[4:-1]) <= set(FEWSHOT_STAGES) - {"labels", "finetune@f0"}, ran
 
 
 def test_rerun_gives_byte_identical_outputs(project):
