@@ -115,9 +115,10 @@ def training_steps(source: str, texts: list[str], steps: int, rounds: int) -> li
             optimizer.step()
         return time.perf_counter() - started
 
-    stage_ms = [(stage(2 * steps) - stage(steps)) / steps * 1000 for _ in range(rounds)]
+    lengths = [(stage(steps), stage(2 * steps)) for _ in range(rounds)]
+    stage_ms = [(long - short) / steps * 1000 for short, long in lengths]
+    setup = statistics.median(2 * short - long for short, long in lengths)  # the call's cost at 0 steps
     bare_ms = [bare() / steps * 1000 for _ in range(rounds)]
-    setup = [stage(steps) - steps * ms / 1000 for ms in stage_ms[:1]]
     s, b = statistics.median(stage_ms), statistics.median(bare_ms)
     return ["| training, width-32 6-layer BERT, batch 32, length 64 | ms per step (median) | min-max |",
             "|---|---|---|",
@@ -125,7 +126,7 @@ def training_steps(source: str, texts: list[str], steps: int, rounds: int) -> li
             f"{min(stage_ms):.1f}-{max(stage_ms):.1f} |",
             f"| bare loop, batches tokenized beforehand | {b:.1f} | {min(bare_ms):.1f}-{max(bare_ms):.1f} |",
             f"| host work the trainer adds per step | {s - b:.1f} ({(s - b) / s:.0%} of its step) | |",
-            f"| the trainer's set-up per call (seconds, one round) | {setup[0]:.2f} | |"]
+            f"| the trainer's set-up per call, seconds (a call's time less its steps) | {setup:.2f} | |"]
 
 
 def start_up(source: str, rounds: int) -> list[str]:
