@@ -37,6 +37,22 @@ def test_chain_runs_and_writes_metrics(built_project):
     assert (project / "reports/run_convergence.png").read_bytes()[:4] == b"\x89PNG"
 
 
+COMPUTING_STAGES = ("init", "evaluate_init", "embed@1", "train@1", "evaluate@1", "finetune@f0", "finetune@best",
+                    "plusplus@2", "plusplus@3")
+
+
+def test_dvc_lock_names_the_precision_every_computing_stage_ran_in(built_project):
+    """What dvc.lock says is what ran: each stage that encodes or trains has params `precision` in
+    its lock entry, with the value its own metrics record."""
+    project, _ = built_project
+    lock = yaml.safe_load((project / "dvc.lock").read_text())["stages"]
+    assert {stage: lock[stage]["params"]["params.yaml"].get("precision") for stage in COMPUTING_STAGES} == dict.fromkeys(
+        COMPUTING_STAGES, "fp32")
+    recorded = [json.loads((project / f"metrics/iterations/iter-1/{name}.json").read_text())["precision"]
+                for name in ("embed", "train", "evaluate")]
+    assert recorded == ["fp32"] * 3
+
+
 def test_best_model_loads_without_project_code(built_project):
     """models/best is a plain sentence-transformers folder."""
     project, _ = built_project
