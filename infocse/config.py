@@ -27,6 +27,10 @@ IDC_METHODS = ("partition", "kmeans")
 ENGINES = ("local", "ray")
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
 FINETUNE_SOURCES = ("fewshot", "file")
+# What the unsupervised loop validates on (params `loop.validate_on`): the titles of these splits.
+# Never test; fine-tuning and InfoCSE++ validate on val alone, as they train on the few-shot pool.
+VALIDATION_SETS = {"val": ("val",), "fewshot+val": ("fewshot", "val")}
+VALIDATION_QUERIES = {"val": "val queries", "fewshot+val": "few-shot pool + val queries"}
 SPLITS = ("fewshot", "val", "test")
 PRECISIONS = ("fp32", "bf16", "fp16")
 SECTION_PRECISIONS = ("embed", "train", "evaluate", "finetune")  # where older params.yaml files set it
@@ -123,6 +127,7 @@ class FinetuneConfig:
 class LoopConfig:
     patience: int
     max_iterations: int | None  # None: all
+    validate_on: str = "val"  # a key of VALIDATION_SETS: the titled splits whose queries stop and select the loop
 
 
 @dataclass(frozen=True)
@@ -404,7 +409,8 @@ def parse_config(raw: dict) -> Config:
         rounds=read.chain("plusplus.rounds", 2, lambda r: "best" if r == 2 else f"round-{r - 1}", allow_empty=True),
     )
     bootstrap_samples = read.integer("report.bootstrap_samples")
-    loop = LoopConfig(read.integer("loop.patience"), read.integer("loop.max_iterations", minimum=0, allow_all=True))
+    loop = LoopConfig(read.integer("loop.patience"), read.integer("loop.max_iterations", minimum=0, allow_all=True),
+                      read.choice("loop.validate_on", tuple(VALIDATION_SETS), default="val"))
     iterations = sorted(read.chain("iterations", 1, lambda t: t - 1, allow_empty=False))
     read.problems.extend(f"params `{name}` is not a known param (a typo? see params.yaml for the names)"
                          for name in read.unknown())

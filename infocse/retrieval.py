@@ -1,6 +1,7 @@
 """The evaluation protocol: title -> body retrieval, queries of one split against ALL bodies.
 
-Queries are the val or test titles; the candidates are every body of the corpus (not only the
+Queries are the titles of the evaluated splits (val and test; the unsupervised loop adds the
+few-shot pool, which nothing has trained on yet); the candidates are every body of the corpus (not only the
 split's), encoded once per model. A query's gold is its own document's body. Per-query ranks are
 kept so the report can pair models query by query.
 """
@@ -10,13 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infocse.config import Config, EvaluateConfig
+from infocse.config import VALIDATION_SETS, Config, EvaluateConfig
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
 from infocse.models import sequence_length
 
 CUTOFFS = (1, 5, 10)
 EVALUATED_SPLITS = ("val", "test")
+LOOP_SPLITS = ("fewshot", "val", "test")  # the unsupervised loop: the few-shot pool is not training data yet
 
 
 def gold_ranks(query_embeddings: np.ndarray, candidate_embeddings: np.ndarray, gold: np.ndarray) -> np.ndarray:
@@ -44,19 +46,20 @@ def retrieval_metrics(ranks: np.ndarray) -> dict[str, float]:
     return {name: float(values.mean()) for name, values in per_query_scores(ranks).items()}
 
 
-def evaluation_queries(documents: pd.DataFrame) -> pd.DataFrame:
-    """The val and test documents that have a title: their titles are the queries."""
-    return documents[documents["split"].isin(EVALUATED_SPLITS) & documents["title"].notna()]
+def evaluation_queries(documents: pd.DataFrame, splits: tuple[str, ...] = EVALUATED_SPLITS) -> pd.DataFrame:
+    """The documents of `splits` that have a title: their titles are the queries."""
+    return documents[documents["split"].isin(splits) & documents["title"].notna()]
 
 
 def empty_ranks() -> pd.DataFrame:
     return pd.DataFrame({"doc_id": pd.Series(dtype=str), "split": pd.Series(dtype=str), "rank": pd.Series(dtype="int64")})
 
 
-def rank_queries(model, documents: pd.DataFrame, batch_size: int | None, precision: str = "fp32") -> pd.DataFrame:
-    """Rank of each val and test query's gold body among all bodies of `documents`; `batch_size`
+def rank_queries(model, documents: pd.DataFrame, batch_size: int | None, precision: str = "fp32",
+                 splits: tuple[str, ...] = EVALUATED_SPLITS) -> pd.DataFrame:
+    """Rank of each query of `splits` (its gold body among all bodies of `documents`); `batch_size`
     as params `evaluate.batch_size` (None: auto), `precision` as params `precision`."""
-    queries = evaluation_queries(documents)
+    queries = evaluation_queries(documents, splits)
     if queries.empty:
         return empty_ranks()
     candidates = embed_sentences(model, documents["body"].tolist(), batch_size, precision=precision)
@@ -65,16 +68,22 @@ def rank_queries(model, documents: pd.DataFrame, batch_size: int | None, precisi
     return pd.DataFrame({"doc_id": queries["doc_id"].to_numpy(), "split": queries["split"].to_numpy(), "rank": ranks})
 
 
-def score_model(model, documents: pd.DataFrame, evaluate: EvaluateConfig) -> tuple[dict, pd.DataFrame]:
-    """Val and test metrics of `model` and the per-query ranks; `score` is the validation metric,
-    None when there are no val queries (a corpus without titles, or a split too small)."""
-    ranks = rank_queries(model, documents, evaluate.batch_size, evaluate.precision)
+def score_model(model, documents: pd.DataFrame, evaluate: EvaluateConfig, validate_on: str = "val",
+                splits: tuple[str, ...] = EVALUATED_SPLITS) -> tuple[dict, pd.DataFrame]:
+    """Metrics of `model` on each of `splits` and on its validation set (the splits that params
+    `loop.validate_on` names, pooled query by query), and the per-query ranks; `score` is the
+    validation metric, None when the validation set has no queries (no titles, or splits too small)."""
+    validation = VALIDATION_SETS[validate_on]
+    ranks = rank_queries(model, documents, evaluate.batch_size, evaluate.precision, splits)
     result = {"val_metric": evaluate.metric, "candidates": len(documents)}
-    for split in EVALUATED_SPLITS:
+    for split in splits:
         split_ranks = ranks.loc[ranks["split"] == split, "rank"].to_numpy()
         result[split] = retrieval_metrics(split_ranks) if len(split_ranks) else {}
         result[f"{split}_queries"] = int(len(split_ranks))
-    result["score"] = result["val"].get(evaluate.metric)
+    validation_ranks = ranks.loc[ranks["split"].isin(validation), "rank"].to_numpy()
+    result.update({"validate_on": validate_on, "validation_queries": int(len(validation_ranks)),
+                   "validation": retrieval_metrics(validation_ranks) if len(validation_ranks) else {}})
+    result["score"] = result["validation"].get(evaluate.metric)
     return result, ranks
 
 

@@ -1,4 +1,5 @@
-"""evaluate@t: val and test retrieval of model t (titles -> all bodies), and the loop's state.
+"""evaluate@t: retrieval of model t (titles -> all bodies) on the few-shot pool, val and test, and
+the loop's state, stopped and selected on params `loop.validate_on` (val, or few-shot pool + val).
 
 Writes the per-query ranks (data/ranks), the metrics with the best iteration so far
 (metrics/iterations/iter-t/retrieval.json) and, on its own, whether iteration t+1 runs
@@ -18,7 +19,7 @@ from infocse.io import read_json, write_json, write_parquet
 from infocse.stopping import iteration_is_active, next_state, stopped_state
 from infocse.models import load_model, stage_device
 from infocse.paths import DOCUMENTS, IterationPaths
-from infocse.retrieval import empty_ranks, score_model
+from infocse.retrieval import LOOP_SPLITS, empty_ranks, score_model
 
 
 def main() -> None:
@@ -33,11 +34,11 @@ def main() -> None:
     if iteration_is_active(config, t):
         documents = pd.read_parquet(DOCUMENTS)
         model = load_model(paths.model, device, config.evaluate.max_seq_length)
-        scores, ranks = score_model(model, documents, config.evaluate)
+        scores, ranks = score_model(model, documents, config.evaluate, config.loop.validate_on, LOOP_SPLITS)
         score = scores.pop("score")
-        if scores["val_queries"] == 0:
-            print("note: no val queries (val documents with a title): nothing to stop or select on; "
-                  "every iteration runs and the last one is kept")
+        if scores["validation_queries"] == 0:
+            print(f"note: no validation queries (titled documents of {config.loop.validate_on}): nothing to stop or "
+                  "select on; every iteration runs and the last one is kept")
         result = {"iteration": t, "stopped": False, **scores,
                   **next_state(previous, t, score, config.loop.patience, config.loop.max_iterations)}
     else:
@@ -52,7 +53,7 @@ def main() -> None:
     if result["stopped"]:
         print(f"iteration {t}: skipped (the loop stopped); best is iteration {result['best_iteration']}")
     elif result.get("val"):
-        print(f"iteration {t}: val {result['val']}, test {result['test']}")
+        print(f"iteration {t}: validation ({config.loop.validate_on}) {result['validation']}, test {result['test']}")
 
 
 if __name__ == "__main__":

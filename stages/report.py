@@ -2,8 +2,8 @@
 headline metrics (metrics/summary.json), its plots (each iteration minus the seed model with its
 interval; seconds per stage) and the data of `dvc plots` (reports/run_*.csv).
 
-Differences from iteration 0 (the seed model) carry paired bootstrap 95% intervals over the val or
-test queries of this one run.
+Differences from iteration 0 (the seed model) carry paired bootstrap 95% intervals over the
+validation queries (params `loop.validate_on`: val, or few-shot pool + val) or test queries of this one run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from infocse.config import METRICS, load_config
+from infocse.config import METRICS, VALIDATION_QUERIES, VALIDATION_SETS, load_config
 from infocse.errors import run_stage
 from infocse.io import atomic_output, read_json, write_json, write_text
 from infocse.model_card import METRIC_NAMES
@@ -51,16 +51,16 @@ def status_of(t: int, state: dict, pairs: dict) -> str:
     return "skipped (loop stopped)" if state["stopped"] else "trained"
 
 
-def scores_of(t: int, split: str) -> pd.Series:
-    """Per-query ranks of iteration t on `split`, by doc_id."""
+def scores_of(t: int, splits: tuple[str, ...]) -> pd.Series:
+    """Per-query ranks of iteration t on the queries of `splits`, by doc_id."""
     ranks = pd.read_parquet(IterationPaths(t).ranks)
-    return ranks[ranks["split"] == split].set_index("doc_id")["rank"]
+    return ranks[ranks["split"].isin(splits)].set_index("doc_id")["rank"]
 
 
-def paired_delta(t: int, reference: int, split: str, metric: str, samples: int, seed: int) -> dict | None:
-    """Mean per-query difference of iteration t minus `reference` on `split`, with its paired
-    bootstrap 95% interval; None where a side has no queries."""
-    joined = pd.concat([scores_of(t, split), scores_of(reference, split)], axis=1, join="inner", keys=["t", "ref"])
+def paired_delta(t: int, reference: int, splits: tuple[str, ...], metric: str, samples: int, seed: int) -> dict | None:
+    """Mean per-query difference of iteration t minus `reference` on the queries of `splits`, with
+    its paired bootstrap 95% interval; None where a side has no queries."""
+    joined = pd.concat([scores_of(t, splits), scores_of(reference, splits)], axis=1, join="inner", keys=["t", "ref"])
     if joined.empty:
         return None
     difference = per_query_scores(joined["t"])[metric] - per_query_scores(joined["ref"])[metric]
@@ -76,12 +76,16 @@ def contains_zero(delta: dict) -> bool:
     return delta["low"] <= 0 <= delta["high"]
 
 
-def quality_rows(states: dict[int, dict], deltas: dict, metric: str) -> pd.DataFrame:
-    rows = []
+def validation_label(validate_on: str) -> str:
+    return {"fewshot+val": "few-shot+val"}.get(validate_on, validate_on)
+
+
+def quality_rows(states: dict[int, dict], deltas: dict, metric: str, validate_on: str) -> pd.DataFrame:
+    rows, label = [], validation_label(validate_on)
     for t, state in states.items():
         row = {"iter": str(t), "status": status_of(t, state, read_optional(IterationPaths(t).metrics / "pairs.json")),
-               f"val {METRIC_NAMES[metric]}": fmt(state.get("val", {}).get(metric)),
-               f"Δ val {METRIC_NAMES[metric]} [95%]": interval_text(deltas.get((t, "val", metric))),
+               f"{label} {METRIC_NAMES[metric]}": fmt(state.get("validation", {}).get(metric)),
+               f"Δ {label} {METRIC_NAMES[metric]} [95%]": interval_text(deltas.get((t, "validation", metric))),
                "test R@1": fmt(state.get("test", {}).get("recall@1")),
                "Δ test R@1 [95%]": interval_text(deltas.get((t, "test", "recall@1"))),
                "test MRR@10": fmt(state.get("test", {}).get("mrr@10")),
@@ -186,18 +190,19 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
         frame.to_csv(tmp, index=False, float_format="%.6f", na_rep="NaN")
 
 
-def plot_deltas(deltas: dict, iterations: list[int], metric: str) -> None:
+def plot_deltas(deltas: dict, iterations: list[int], metric: str, validate_on: str) -> None:
     """Each iteration minus the seed model, with its paired bootstrap 95% interval and a zero line:
     the scale is the difference, so a step inside the noise does not look like a jump."""
     figure, axis = new_figure(7, 4)
-    series = [("val", metric), ("test", "recall@1"), ("test", "mrr@10")]
+    series = [("validation", metric), ("test", "recall@1"), ("test", "mrr@10")]
     for offset, (split, name) in zip((-0.12, 0.0, 0.12), series):
         points = [(t, deltas[t, split, name]) for t in iterations if deltas.get((t, split, name))]
         if points:
             x = [t + offset for t, _ in points]
             y = [d["mean"] for _, d in points]
             error = [[d["mean"] - d["low"] for _, d in points], [d["high"] - d["mean"] for _, d in points]]
-            axis.errorbar(x, y, yerr=error, fmt="o", capsize=4, label=f"{split} {METRIC_NAMES[name]}")
+            label = validation_label(validate_on) if split == "validation" else split
+            axis.errorbar(x, y, yerr=error, fmt="o", capsize=4, label=f"{label} {METRIC_NAMES[name]}")
     axis.axhline(0.0, color="black", linewidth=0.8)
     axis.set_xticks(iterations)
     axis.set_xlabel("iteration")
@@ -220,16 +225,17 @@ def headline_lines(states: dict[int, dict], best: int, deltas: dict, metric: str
     """What a reader needs first: the chosen model, its test difference from the seed model, and
     whether this run (or its validation) can tell them apart."""
     first = states[0]
+    validate_on = first.get("validate_on", "val")
     lines = []
-    if first.get("val_queries", 0):
-        lines.append(f"**Iteration {best} chosen** by validation {METRIC_NAMES[metric]} ({first['val_queries']:,} "
-                     "queries): `models/best`.")
+    if first.get("validation_queries", 0):
+        lines.append(f"**Iteration {best} chosen** by validation {METRIC_NAMES[metric]} ({first['validation_queries']:,} "
+                     f"{VALIDATION_QUERIES[validate_on]}): `models/best`.")
     elif corpus.get("documents_with_title") == 0:
         return [f"No document has a title, so there are no retrieval queries and no retrieval metrics: the tables show "
                 f"pair statistics and seconds only. Nothing stopped the loop early, and the last iteration run "
                 f"(**{best}**) is `models/best`."]
     else:
-        lines.append(f"No val queries, so no validation was possible: nothing stopped the loop early, and the last "
+        lines.append(f"No {VALIDATION_QUERIES[validate_on]}, so no validation was possible: nothing stopped the loop early, and the last "
                      f"iteration run (**{best}**) is `models/best`, not chosen by any metric (test chooses nothing).")
     r1, mrr = deltas.get((best, "test", "recall@1")), deltas.get((best, "test", "mrr@10"))
     if best == 0:
@@ -244,13 +250,14 @@ def headline_lines(states: dict[int, dict], best: int, deltas: dict, metric: str
                      "On test this run puts the chosen model above the seed model (an interval above 0)." if not below
                      else "On test this run puts the chosen model below the seed model (an interval below 0)." if not above
                      else "On test R@1 and MRR@10 disagree: one interval is above 0, the other below.")
-    if first.get("val_queries", 0):
+    if first.get("validation_queries", 0):
         active = [t for t, state in states.items() if not state["stopped"] and t != best]
         close = {t: deltas.get((best, t, "val-pair")) for t in active}
         within = [t for t, delta in close.items() if delta and contains_zero(delta)]
         if within:
             named = ("iteration " if len(within) == 1 else "iterations ") + " and ".join(str(t) for t in within)
-            lines.append(f"Validation cannot tell iteration {best} from {named} (val {METRIC_NAMES[metric]} "
+            lines.append(f"Validation cannot tell iteration {best} from {named} ({validation_label(validate_on)} "
+                         f"{METRIC_NAMES[metric]} "
                          f"of {best} minus " + ", ".join(f"{t}: {interval_text(close[t])}" for t in within) + ")"
                          + ("; the trained model is " + ", ".join(f"`models/iterations/iter-{t}`" for t in within if t)
                             if best == 0 and any(within) else "") + ".")
@@ -265,6 +272,8 @@ def main() -> None:
     iterations = [0, *config.iterations]
     states = {t: read_json(IterationPaths(t).retrieval) for t in iterations}
     first, metric = states[0], states[0]["val_metric"]
+    validate_on = first.get("validate_on", "val")
+    splits = {"validation": VALIDATION_SETS[validate_on], "test": ("test",)}
     best = read_json(BEST_METRICS)["iteration"]
     corpus = read_json(CORPUS_METRICS)
     mixed = "mixed_documents" in corpus
@@ -279,24 +288,25 @@ def main() -> None:
     active = [t for t, state in states.items() if not state["stopped"]]
     deltas, samples, seed = {}, config.bootstrap_samples, config.seed
     for t in active[1:]:
-        for split, name in (("val", metric), ("test", "recall@1"), ("test", "mrr@10")):
-            deltas[t, split, name] = paired_delta(t, 0, split, name, samples, seed)
+        for split, name in (("validation", metric), ("test", "recall@1"), ("test", "mrr@10")):
+            deltas[t, split, name] = paired_delta(t, 0, splits[split], name, samples, seed)
     for t in active:
         if t != best:
-            deltas[best, t, "val-pair"] = paired_delta(best, t, "val", metric, samples, seed)
-    plot_deltas(deltas, iterations, metric)
+            deltas[best, t, "val-pair"] = paired_delta(best, t, splits["validation"], metric, samples, seed)
+    plot_deltas(deltas, iterations, metric, validate_on)
     finetuned = ["f0", *round_names(config).values()]
     seconds = stage_seconds(config.iterations, finetuned)
     plot_seconds(seconds)
 
     lines = ["# InfoCSE run report", "", *headline_lines(states, best, deltas, metric, config, corpus), "",
              f"Corpus: {corpus.get('documents', 0):,} documents, {corpus.get('sentences', 0):,} sentences; "
-             f"{first.get('val_queries', 0):,} val and {first.get('test_queries', 0):,} test queries against all "
+             f"{first.get('validation_queries', 0):,} {VALIDATION_QUERIES[validate_on].removesuffix(' queries')} and "
+             f"{first.get('test_queries', 0):,} test queries against all "
              f"{first.get('candidates', 0):,} bodies.", "",
              "## Quality per iteration", "",
              "Δ: minus iteration 0 (the seed model), mean per-query difference with its paired bootstrap 95% interval. "
              "Plot: `reports/run_convergence.png`.", "",
-             markdown_table(quality_rows(states, deltas, metric)), ""]
+             markdown_table(quality_rows(states, deltas, metric, validate_on)), ""]
     pairs = pair_rows(iterations, mixed)
     if not pairs.empty:
         lines += ["## Pairs and batches", "", markdown_table(pairs), ""]

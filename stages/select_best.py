@@ -1,4 +1,5 @@
-"""select: the best iteration by the validation metric -> models/best and metrics/best.json.
+"""select: the best iteration by the validation metric (params `loop.validate_on`) -> models/best
+and metrics/best.json.
 
 The loop state that evaluate@t carries already names the best iteration; iterations after the
 stop did no work and cannot be chosen.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from infocse.config import load_config
+from infocse.config import VALIDATION_QUERIES, load_config
 from infocse.errors import run_stage
 from infocse.io import atomic_output, read_json, write_json
 from infocse.model_card import model_card
@@ -36,15 +37,17 @@ def main() -> None:
                "test": chosen.get("test", {}),
                "iterations_run": sum(not state["stopped"] for state in states) - 1,
                "test_delta_vs_seed": {name: value - seed["test"][name] for name, value in chosen.get("test", {}).items()}}
-    val_queries = seed.get("val_queries", 0)
-    if val_queries:
-        summary["selected_by"] = f"validation {chosen['val_metric']} ({val_queries} val queries)"
-        print(f"best: iteration {best} ({chosen['val_metric']} on val {chosen['best_score']})")
+    validation_queries = seed.get("validation_queries", 0)
+    queries = VALIDATION_QUERIES[config.loop.validate_on]
+    if validation_queries:
+        summary["selected_by"] = f"validation {chosen['val_metric']} ({validation_queries} {queries})"
+        print(f"best: iteration {best} ({chosen['val_metric']} on {queries}: {chosen['best_score']})")
     else:
-        summary["selected_by"] = "none: no val queries, so no validation was possible; the last iteration run was kept"
-        print(f"no val queries, so no validation was possible: nothing stopped the loop early, and the last "
+        summary["selected_by"] = f"none: no {queries}, so no validation was possible; the last iteration run was kept"
+        print(f"no {queries}, so no validation was possible: nothing stopped the loop early, and the last "
               f"iteration run, iteration {best}, was kept (not chosen by any metric)")
-    summary["val_queries"] = val_queries
+    summary.update({"validate_on": config.loop.validate_on, "validation_queries": validation_queries,
+                    "validation": chosen.get("validation", {}), "val_queries": seed.get("val_queries", 0)})
     how = (f"InfoCSE iteration {best} of the {summary['iterations_run']} run" if best else
            f"The seed model as it is: none of the {summary['iterations_run']} InfoCSE iterations run beat it") + \
         f", chosen by {summary['selected_by']}. Each InfoCSE iteration, the current model clusters the sentences " \
@@ -53,7 +56,8 @@ def main() -> None:
         "contrastively with in-batch negatives from other documents."
     card = model_card(config, config.train, f"{Path(config.seed_model).name} adapted to {config.corpus.source} by InfoCSE",
                       how, read_json(CORPUS_METRICS), training_rounds(best),
-                      {"val": summary["val"], "test": summary["test"], "test − seed model": summary["test_delta_vs_seed"]},
+                      {**({} if config.loop.validate_on == "val" else {f"validation ({queries})": summary["validation"]}),
+                       "val": summary["val"], "test": summary["test"], "test − seed model": summary["test_delta_vs_seed"]},
                       seed.get("candidates", 0))
     with atomic_output(BEST_MODEL) as tmp:
         shutil.copytree(IterationPaths(best).model, tmp)

@@ -14,13 +14,13 @@ import yaml
 from conftest import TOPICS, config_with, repo_params, tiny_documents
 from pipeline_helpers import deep_merge
 
-from infocse.config import METRICS, EvaluateConfig
+from infocse.config import METRICS, VALIDATION_SETS, EvaluateConfig
 from infocse.errors import StageError
 from infocse.io import read_json, write_json
 from infocse.stopping import iteration_is_active, next_state, stopped_state
 from infocse.models import load_model
 from infocse.paths import IterationPaths
-from infocse.retrieval import gold_ranks, per_query_scores, rank_queries, retrieval_metrics, score_model
+from infocse.retrieval import LOOP_SPLITS, gold_ranks, per_query_scores, rank_queries, retrieval_metrics, score_model
 
 
 # ---------------------------------------------------------------- against sentence-transformers
@@ -238,6 +238,29 @@ def test_score_model_scores_each_split_against_all_bodies(tiny_model_dir, one_to
     documents["split"] = ["fewshot", "test"] * 6
     result, _ = score_model(model, documents, evaluate)
     assert result["val_queries"] == 0 and result["val"] == {} and result["score"] is None
+
+
+@pytest.mark.parametrize("validate_on, splits", [("val", {"val"}), ("fewshot+val", {"fewshot", "val"})])
+def test_validation_queries_are_the_titles_of_the_named_splits_and_never_test(tiny_model_dir, one_torch_thread,
+                                                                              validate_on, splits):
+    """The loop's validation set (params `loop.validate_on`) holds exactly the titled documents of
+    the splits it names, pooled query by query; no test title is ever among them; an untitled
+    document is no query."""
+    documents = pd.DataFrame(tiny_documents()).rename(columns={"id": "doc_id", "text": "body"})
+    documents["split"] = ["fewshot", "val", "test"] * 4
+    documents.loc[3, "title"] = None  # a few-shot document without a title
+    model = load_model(tiny_model_dir, "cpu")
+    evaluate = EvaluateConfig(metric="mrr@10", batch_size=8, max_seq_length=64, precision="fp32")
+    result, ranks = score_model(model, documents, evaluate, validate_on, LOOP_SPLITS)
+    titled = documents[documents["title"].notna()]
+    assert sorted(ranks["doc_id"]) == sorted(titled["doc_id"])
+    validation = ranks[ranks["split"].isin(VALIDATION_SETS[validate_on])]
+    assert set(validation["doc_id"]) == set(titled.loc[titled["split"].isin(splits), "doc_id"])
+    assert not set(validation["doc_id"]) & set(documents.loc[documents["split"] == "test", "doc_id"])
+    assert result["validation_queries"] == len(validation) == {"val": 4, "fewshot+val": 7}[validate_on]
+    assert result["validation"] == retrieval_metrics(validation["rank"].to_numpy())
+    assert result["score"] == result["validation"]["mrr@10"]
+    assert result["fewshot_queries"] == 3 and result["test_queries"] == 4
 
 
 def test_evaluate_stage_after_stop_carries_state(tmp_path, monkeypatch):

@@ -114,11 +114,11 @@ class StubEncoder:
         return rows / np.linalg.norm(rows, axis=1, keepdims=True) if normalize_embeddings else rows
 
 
-def stub_model_at(t: int) -> StubEncoder:
+def stub_model_at(t: int, good: dict[int, set[str]] = GOOD) -> StubEncoder:
     one_hot = np.eye(len(DOCS))
     vectors = {f"body {d}": one_hot[i] for i, d in enumerate(DOCS)}
     for i, d in enumerate(DOCS):
-        vectors[f"title {d}"] = one_hot[i] if d in GOOD[t] else one_hot[0] + 0.5 * one_hot[i]
+        vectors[f"title {d}"] = one_hot[i] if d in good[t] else one_hot[0] + 0.5 * one_hot[i]
     return StubEncoder(vectors)
 
 
@@ -145,10 +145,10 @@ def crafted_project(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def run_evaluate(t: int, monkeypatch) -> dict:
+def run_evaluate(t: int, monkeypatch, good: dict[int, set[str]] = GOOD) -> dict:
     import stages.evaluate
 
-    monkeypatch.setattr(stages.evaluate, "load_model", lambda path, *_, **__: stub_model_at(int(Path(path).name[5:])))
+    monkeypatch.setattr(stages.evaluate, "load_model", lambda path, *_, **__: stub_model_at(int(Path(path).name[5:]), good))
     monkeypatch.setattr(sys, "argv", ["evaluate", "--iteration", str(t)])
     run_stage(stages.evaluate.main)
     return json.loads(Path(f"metrics/iterations/iter-{t}/retrieval.json").read_text())
@@ -170,6 +170,35 @@ def test_stopping_and_selection_follow_val_where_test_disagrees(crafted_project,
     best = json.loads(Path("metrics/best.json").read_text())
     assert best["iteration"] == 1 and Path("models/best/weights.txt").read_text() == "iter-1"
     assert best["val"]["mrr@10"] == 1.0 and best["test"]["mrr@10"] == 0.5
+
+
+# Few-shot title f2 ranks first only at iteration 0 (f1 always does); val as GOOD.
+GOOD_FEWSHOT_DISAGREES = {0: {"f2", "v1", "t1"}, 1: {"v1", "v2"}, 2: {"t1", "t2"}}
+
+
+@pytest.mark.parametrize("validate_on, selected, stopped", [("val", 1, [False, False, False]),
+                                                            ("fewshot+val", 0, [False, False, True])])
+def test_the_loop_stops_and_selects_on_the_validation_set_the_param_names(crafted_project, monkeypatch,
+                                                                          validate_on, selected, stopped):
+    """val MRR@10 0.75 -> 1.0 -> 0.5, but over the few-shot pool and val together 0.875 -> 0.875 (f2
+    falls from rank 1 to 2 as v2 rises): by val, iteration 1 is a gain and is selected; by few-shot
+    pool + val it is not (a gain must be strictly higher), the loop stops after it and keeps 0."""
+    import stages.select_best
+
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["loop"]["validate_on"] = validate_on
+    Path("params.yaml").write_text(yaml.safe_dump(params))
+    states = [run_evaluate(t, monkeypatch, GOOD_FEWSHOT_DISAGREES) for t in GOOD_FEWSHOT_DISAGREES]
+    assert [s["stopped"] for s in states] == stopped
+    assert [s["val"]["mrr@10"] for s in states[:2]] == [0.75, 1.0]
+    assert [s["fewshot"]["mrr@10"] for s in states[:2]] == [1.0, 0.75]
+    assert states[0]["validation_queries"] == {"val": 2, "fewshot+val": 4}[validate_on]
+    assert [s["validation"]["mrr@10"] for s in states[:2]] == {"val": [0.75, 1.0], "fewshot+val": [0.875, 0.875]}[validate_on]
+    monkeypatch.setattr(sys, "argv", ["select_best"])
+    run_stage(stages.select_best.main)
+    best = json.loads(Path("metrics/best.json").read_text())
+    assert best["iteration"] == selected and Path("models/best/weights.txt").read_text() == f"iter-{selected}"
+    assert best["validate_on"] == validate_on and best["validation_queries"] == states[0]["validation_queries"]
 
 
 def test_next_state_stops_on_the_validation_scores_it_is_given():
