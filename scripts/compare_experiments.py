@@ -4,7 +4,7 @@
     python -m scripts.compare_experiments      # this report alone
 
 It reads only `results/runs/*.json` (written by `python -m scripts.export_runs` after the runs of
-scripts/queue_comparison.sh), never DVC, so a clone regenerates the same bytes. With no run files
+study/plan.yaml), never DVC, so a clone regenerates the same bytes. With no run files
 it still writes a report that says so.
 
 Each run gives up to two rows: iteration 0 (the seed model, or the seed model after one round of a
@@ -478,7 +478,7 @@ def render(runs: list[dict]) -> str:
              "runs.", ""]
     if not runs:
         return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` holds no run file. Queue runs "
-                                  "(`bash scripts/queue_comparison.sh`), run them (`dvc queue start -j 1`), export "
+                                  "(`python -m study.plan queue main`), run them (`dvc queue start -j 1`), export "
                                   "them (`python -m scripts.export_runs --wait`) and run this command again.", ""])
     rows, dropped = collect(runs)
     commits = sorted({r["commit"] for r in rows if r["commit"]})

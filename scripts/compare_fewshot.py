@@ -4,7 +4,7 @@
     python -m scripts.compare_fewshot        # this report alone
 
 It reads only `results/runs/*.json` (written by `python -m scripts.export_runs` after the runs of
-scripts/queue_fewshot.sh), never DVC, so a clone regenerates the same bytes.
+study/plan.yaml), never DVC, so a clone regenerates the same bytes.
 
 Rows are starting points, columns label budgets (`finetune.labels`); a cell is test Recall@1 /
 MRR@10 after fine-tuning, mean ± sd over seeds, with n:
@@ -198,7 +198,7 @@ def render(runs: list[dict]) -> str:
     if not cells:
         what = "holds no run file" if not runs else "holds no run with fine-tuning metrics"
         return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` {what}. Queue them with "
-                                  "`bash scripts/queue_fewshot.sh`, export them (`python -m scripts.export_runs "
+                                  "`python -m study.plan queue fewshot`, export them (`python -m scripts.export_runs "
                                   "--wait`) and run this command again.", ""])
     lines += INTRO + [""]
     if dropped:

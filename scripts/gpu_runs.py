@@ -1,14 +1,14 @@
 """Run a plan of pipeline runs on a CUDA machine that has torch but no DVC and no network, and turn
 what comes back into run files (`results/runs/<name>.json`), as `export_runs` does for `dvc exp`.
 
-    python -m scripts.gpu_runs plan [--set table1|studies] [--corpora bbc manpages] [--seeds 0 1 2]   # here
+    python -m scripts.gpu_runs plan [--set SET ...] [--corpora ...] [--seeds ...]  # here: sets of study/plan.yaml
     python -m scripts.gpu_runs run [--workers 5] [--deadline-seconds S]                        # there
     python -m scripts.gpu_runs import RESULTS.jsonl ...                                        # here
     python -m scripts.gpu_runs seed-model [DEST]               # the runs' seed model folder, on any machine
 
 `plan` (after `python -m scripts.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
-with its full params and the stage commands `dvc repro --dry --force select` (few-shot runs:
-`select_plusplus`) lists for them (DVC's own order and templating), and `corpora/<corpus>/`: the
+with its full params and the stage commands `dvc repro --dry --force TARGETS` (the set's targets)
+lists for them (DVC's own order and templating), and `corpora/<corpus>/`: the
 prepare stage's outputs, `documents.parquet` at the first seed and the label split of every seed
 (`splits.parquet`), so that three seeds of both corpora fit the bundle; the runs of one corpus must
 share its `corpus` and `split` params. Every run is fp32 (embed, evaluate, train, finetune) on
@@ -53,14 +53,14 @@ from pathlib import Path
 import yaml
 
 from scripts.gpu_bundle import SIZE_LIMIT
+from study.plan import expand, load_plan
+from study.plan import tagged as plan_tagged
 
 BUNDLE = Path("gpu-bundle")
 SEED_MODEL_FOLDER = "all-MiniLM-L6-v2-fp16"
 CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
-BASELINES = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
 FP32 = {"precision": "fp32"}
 SOURCE = "gpu stage runner"
-PLUSPLUS_ROUNDS = 3  # InfoCSE++ rounds of the studies' InfoCSE few-shot runs (queue_fewshot.sh's ROUNDS)
 
 
 def set_dotted(params: dict, dotted: str, value) -> None:
@@ -85,71 +85,16 @@ def code_md5(root: Path) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------ plan (here)
 
 
-def table1_runs(corpora: list[str], seeds: list[int], baseline: str | None = None) -> list[dict]:
-    """The seed model + InfoCSE, and one round of each baseline, per corpus and seed (queue_comparison's
-    `main`); `baseline` is the studies plan's and unused here (one signature for every plan)."""
-    runs = []
-    for corpus in corpora:
-        short = corpus[:3]
-        for seed in seeds:
-            common = {"corpus.source": corpus, "seed": seed}
-            runs.append({"name": f"{short}-infocse-gpu-s{seed}", "overrides": common})
-            for method in BASELINES:
-                runs.append({"name": f"{short}-{method}-gpu-s{seed}",
-                             "overrides": {**common, "init.method": method, "loop.max_iterations": 0}})
-    return runs
+def gpu_name(name: str, tag: str) -> str:
+    """`<name>[-<tag>]-gpu-s<seed>`: GPU runs are never pooled with CPU runs of the same name."""
+    return plan_tagged(name, f"{tag}-gpu" if tag else "gpu")
 
 
-def studies_runs(corpora: list[str], seeds: list[int], baseline: str) -> list[dict]:
-    """Table 2 and 3's InfoCSE++ (few-shot: the seed model and InfoCSE with up to PLUSPLUS_ROUNDS rounds
-    of InfoCSE++, and `baseline`, each fine-tuned at 100, 300 and all labels; at 100 and all, InfoCSE++'s
-    control: InfoCSE fine-tuned once for r x finetune.epochs) and Table 3's zero-shot studies (InfoCSE
-    from each initialization, K-means IDC, K = 2 and 3, three iterations for convergence), in that
-    order; queue_fewshot.sh / queue_comparison.sh name them."""
-    epochs = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))["finetune"]["epochs"]
-    runs = []
-    for corpus in corpora:
-        short = corpus[:3]
-        for labels in (100, 300, "all"):
-            for seed in seeds:
-                common = {"corpus.source": corpus, "seed": seed, "finetune.labels": labels}
-                runs.append({"name": f"{short}-fewshot-{labels}-gpu-s{seed}", "target": "select_plusplus",
-                             "overrides": {**common, "plusplus.max_rounds": PLUSPLUS_ROUNDS}})
-                runs.append({"name": f"{short}-fewshot-{baseline}-{labels}-gpu-s{seed}", "target": "select_plusplus",
-                             "overrides": {**common, "init.method": baseline, "loop.max_iterations": 0}})
-                if labels in (100, "all"):
-                    runs += [{"name": f"{short}-fewshot-{labels}-e{r * epochs}-gpu-s{seed}",
-                              "target": "select_plusplus", "overrides": {**common, "finetune.epochs": r * epochs}}
-                             for r in range(2, PLUSPLUS_ROUNDS + 1)]
-        for seed in seeds:
-            common = {"corpus.source": corpus, "seed": seed}
-            for method in ("neighbours", "simcse", "ict"):
-                runs.append({"name": f"{short}-infocse-init-{method}-gpu-s{seed}",
-                             "overrides": {**common, "init.method": method}})
-            runs.append({"name": f"{short}-kmeans-gpu-s{seed}", "overrides": {**common, "idc.method": "kmeans"}})
-        for k in (2, 3):
-            runs.append({"name": f"{short}-k{k}-gpu-s{seeds[0]}",
-                         "overrides": {"corpus.source": corpus, "seed": seeds[0], "idc.k": k}})
-        runs.append({"name": f"{short}-iter3-gpu-s{seeds[0]}",
-                     "overrides": {"corpus.source": corpus, "seed": seeds[0], "loop.patience": 3,
-                                   "iterations": {str(t): {"prev": t - 1} for t in (1, 2, 3)}}})
-    return runs
-
-
-PLANS = {"table1": table1_runs, "studies": studies_runs}
-
-
-def tagged(name: str, tag: str) -> str:
-    """`--tag`: new names for runs whose params changed since their run files were written, as
-    queue_comparison.sh's TAG (e.g. BBC's first InfoCSE few-shot runs had one round, not three)."""
-    return name.replace("-gpu-s", f"-{tag}-gpu-s") if tag else name
-
-
-def stage_commands(scratch: Path, params: dict, target: str = "select") -> list[str]:
-    """The commands `dvc repro --dry --force TARGET` runs for these params, in its order (prepare excluded),
-    in `scratch`: a copy of the commit's files."""
+def stage_commands(scratch: Path, params: dict, *targets: str) -> list[str]:
+    """The commands `dvc repro --dry --force TARGETS` (none: the whole pipeline) runs for these params,
+    in its order (prepare excluded), in `scratch`: a copy of the commit's files."""
     Path(scratch, "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-    dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", target], cwd=scratch,
+    dry = subprocess.run([sys.executable, "-m", "dvc", "repro", "--dry", "--force", *targets], cwd=scratch,
                          capture_output=True, text=True)
     if dry.returncode:
         raise SystemExit(f"dvc repro --dry failed for these params:\n{dry.stderr.strip()}")
@@ -209,8 +154,8 @@ def plan(args: argparse.Namespace) -> None:
         raise SystemExit(f"commit the pipeline's code first; it differs from {commit[:7]}:\n{dirty}")
     base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
     entries = []
-    runs = [{**r, "name": tagged(r["name"], args.tag)}
-            for r in PLANS[args.set](args.corpora, args.seeds, args.fewshot_baseline)]
+    runs = [{**r, "name": gpu_name(r["name"], args.tag)} for set_name in args.set
+            for r in expand(set_name, args.corpora, args.seeds)]
     runs = [r for r in runs if fnmatch.fnmatchcase(r["name"], args.match)]
     smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -222,7 +167,7 @@ def plan(args: argparse.Namespace) -> None:
                                "seed_model": SEED_MODEL_FOLDER}.items():
                 set_dotted(params, key, value)
             entries.append({"name": run["name"], "params": params,
-                            "commands": stage_commands(Path(scratch), params, run.get("target", "select"))})
+                            "commands": stage_commands(Path(scratch), params, *run["targets"])})
             print(f"planned {run['name']}: {len(entries[-1]['commands'])} stages")
     shutil.rmtree(BUNDLE / "corpora", ignore_errors=True)
     prepare_corpora([e["params"] for e in entries], BUNDLE / "corpora")
@@ -413,15 +358,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan")
-    p.add_argument("--set", choices=sorted(PLANS), default="table1",
-                   help="table1: InfoCSE + five baselines; studies: few-shot and Table 3's zero-shot studies")
-    p.add_argument("--corpora", nargs="+", default=["bbc", "manpages"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--set", nargs="+", choices=sorted(load_plan()), default=["main"],
+                   help="sets of study/plan.yaml, e.g. main (Table 1), or fewshot ablations init")
+    p.add_argument("--corpora", nargs="+", help="instead of each set's corpora")
+    p.add_argument("--seeds", nargs="+", type=int, help="instead of each set's seeds")
     p.add_argument("--match", default="*", help="only runs whose name matches this glob (after --tag)")
     p.add_argument("--tag", default="", help="inserted before -gpu-s<seed> in every name: new names for runs "
                    "whose params changed since their run files were written (import never replaces those)")
-    p.add_argument("--fewshot-baseline", choices=BASELINES, default="text_shuffle_cutoff",
-                   help="studies: the baseline fine-tuned beside InfoCSE (choose it by validation)")
     p.add_argument("--device", default="cuda", help="params `device` of every run (cpu: a smoke test here)")
     p.add_argument("--max-documents", type=int, default=None, help="params `corpus.max_documents` (a smoke test)")
     r = sub.add_parser("run")

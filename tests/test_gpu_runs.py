@@ -16,6 +16,7 @@ from infocse.config import parse_config
 from infocse.corpora.build import prepare_corpus
 from scripts import gpu_runs
 from scripts.compare_experiments import run_rows
+from study.plan import expand
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,19 +119,25 @@ def test_import_takes_each_results_commit_from_its_record_not_the_bundles_curren
     assert (run["commit"], run["uncommitted_code"]) == (older, [])
 
 
-def test_the_studies_plan_runs_infocse_plusplus_with_its_control_at_the_smallest_and_largest_budget(monkeypatch):
+def test_the_gpu_plan_runs_the_study_plans_sets_to_their_targets(tmp_path, monkeypatch):
+    """The GPU runner's runs are study/plan.yaml's, named `-gpu`, and each runs the stages `dvc repro
+    --dry --force` lists for its set's targets: an unlabelled run ends at select, a few-shot run at
+    select_plusplus, after its fine-tuning."""
     monkeypatch.chdir(REPO)
-    epochs = yaml.safe_load((REPO / "params.yaml").read_text())["finetune"]["epochs"]
-    runs = {r["name"]: r for r in gpu_runs.studies_runs(["manpages"], [0], "neighbours")}
-    for labels in (100, 300, "all"):
-        assert runs[f"man-fewshot-{labels}-gpu-s0"]["overrides"]["plusplus.max_rounds"] == 3
-        assert "plusplus.max_rounds" not in runs[f"man-fewshot-neighbours-{labels}-gpu-s0"]["overrides"]
-    controls = {name: r["overrides"]["finetune.epochs"] for name, r in runs.items()
-                if "finetune.epochs" in r["overrides"]}
-    assert controls == {f"man-fewshot-{labels}-e{r * epochs}-gpu-s0": r * epochs
-                        for labels in (100, "all") for r in (2, 3)}
-    assert all(runs[name]["target"] == "select_plusplus" for name in controls)
-    assert gpu_runs.tagged("bbc-fewshot-100-gpu-s2", "pp") == "bbc-fewshot-100-pp-gpu-s2"
+    assert gpu_runs.gpu_name("bbc-fewshot-100-s2", "pp") == "bbc-fewshot-100-pp-gpu-s2"
+    assert gpu_runs.gpu_name("man-k2-s0", "") == "man-k2-gpu-s0"
+    subprocess.run(f"git archive HEAD | tar -x -C {tmp_path}", shell=True, check=True, cwd=REPO)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    ends = {}
+    for set_name, name in (("main", "man-simcse-s0"), ("fewshot", "man-fewshot-100-s0")):
+        run = next(r for r in expand(set_name, ["manpages"], [0]) if r["name"] == name)
+        params = copy.deepcopy(base)
+        for key, value in run["overrides"].items():
+            gpu_runs.set_dotted(params, key, value)
+        commands = gpu_runs.stage_commands(tmp_path, params, *run["targets"])
+        ends[set_name] = (commands[-1], any(c.startswith("python -m stages.finetune") for c in commands))
+    assert ends == {"main": ("python -m stages.select_best", False), "fewshot": ("python -m stages.select_plusplus", True)}
 
 
 def test_seed_model_here_is_the_published_weights_rounded_to_fp16_in_fp32(tmp_path):
