@@ -23,11 +23,12 @@ import pandas as pd
 
 from infocse.config import AnnotatorOptions, Budget
 from infocse.errors import StageError
+from infocse.methods import BASELINES
 from infocse.pairs import cap_pairs, checked_document_codes, document_codes, document_offsets, pair_table, \
     pair_table_statistics
 from infocse.seeds import child_seed
 
-ANNOTATORS = ("simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
+ANNOTATORS = BASELINES
 MIRROR_MIN_CHARS = 30  # Mirror-BERT leaves a sentence shorter than this whole (its `erase_and_mask`)
 
 

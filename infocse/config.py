@@ -16,13 +16,12 @@ from pathlib import Path
 import yaml
 
 from infocse.errors import StageError
+from infocse.methods import METHODS
 
 PARAMS_FILE = Path("params.yaml")
 
 CORPUS_SOURCES = ("bbc", "manpages", "jsonl", "parquet", "txt")
 MIX_ORDERS = ("interleaved", "concatenated")
-INIT_METHODS = ("none", "simcse", "mirror", "text_shuffle_cutoff", "ict", "neighbours")
-RENAMED_METHODS = {"conpono": "neighbours", "consert": "text_shuffle_cutoff"}  # what each old name ran
 IDC_METHODS = ("partition", "kmeans")
 ENGINES = ("local", "ray")
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")
@@ -355,12 +354,7 @@ def parse_config(raw: dict) -> Config:
     if not read.problems and abs(sum(split.values()) - 1.0) > 1e-6:
         read.problems.append(f"params `split` fractions must sum to 1, got {split}")
 
-    old = read.value("init.method", "none")
-    renamed = isinstance(old, str) and old in RENAMED_METHODS
-    if renamed:  # a problem, so parse_config stops: say what it is called now
-        read.problems.append(f"params `init.method` {old!r} is now {RENAMED_METHODS[old]!r}, the name of what it "
-                             "runs (docs/method.md)")
-    init_method = old if renamed else read.choice("init.method", INIT_METHODS, default="none")
+    init_method = read.choice("init.method", tuple(METHODS), default="none")
     annotators = AnnotatorOptions(
         mirror_span_chars=read.integer("annotators.mirror_span_chars"),
         text_cutoff_rate=read.number("annotators.text_cutoff_rate", 0.0, 1.0),

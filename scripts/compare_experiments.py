@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from infocse.io import write_text
+from infocse.methods import METHODS
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
 from scripts.export_runs import flatten
 
@@ -39,14 +40,10 @@ REPORT = Path("reports/comparison.md")
 PLOT = Path("reports/convergence.png")
 TEST_METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10")
 DELTA_METRICS = ("recall@1", "mrr@10")
-NEIGHBOURS = "neighbour pairs (CONPONO-style)"
-TEXT_SHUFFLE_CUTOFF = "text shuffle + cutoff (ConSERT-style)"
-# Each `init.method` by what it runs; "conpono" and "consert" are the names older run files used for
-# the same two annotators.
-BASELINE_NAMES = {"none": "seed model", "simcse": "SimCSE", "mirror": "Mirror-BERT",
-                  "text_shuffle_cutoff": TEXT_SHUFFLE_CUTOFF, "consert": TEXT_SHUFFLE_CUTOFF,
-                  "ict": "ICT", "neighbours": NEIGHBOURS, "conpono": NEIGHBOURS}
-SEED_MODEL = "seed model"
+BASELINE_NAMES = {name: method.display for name, method in METHODS.items()}  # each `init.method` by what it runs
+NEIGHBOURS = BASELINE_NAMES["neighbours"]
+TEXT_SHUFFLE_CUTOFF = BASELINE_NAMES["text_shuffle_cutoff"]
+SEED_MODEL = BASELINE_NAMES["none"]
 REFERENCE = "InfoCSE (init none, K=1)"
 
 # What the stages ran in, from their metrics (`ran_precision`), stands for the precision params (the

@@ -32,6 +32,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from infocse.io import write_text
+from infocse.methods import METHODS
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval
 from scripts import compare_experiments as zero_shot
 from scripts import compare_fewshot as few_shot
@@ -60,8 +61,8 @@ LARGER_MODEL = "all-mpnet-base-v2"  # the model a user would pick instead: 5x la
 CORPORA = ("manpages", "bbc")  # always in the tables, "not run" where they have no runs
 CORPUS_NAMES = {"manpages": "man pages", "bbc": "BBC News"}
 
-SAME_SENTENCE = ("SimCSE", "Mirror-BERT", TEXT_SHUFFLE_CUTOFF)  # two views of one sentence
-DIFFERENT_SENTENCE = ("ICT", NEIGHBOURS)  # two different sentences of one document
+SAME_SENTENCE = tuple(m.display for m in METHODS.values() if m.pairs == "same sentence")  # two views of one sentence
+DIFFERENT_SENTENCE = tuple(m.display for m in METHODS.values() if m.pairs == "different sentences")  # of one document
 BASELINES = (*SAME_SENTENCE, *DIFFERENT_SENTENCE)
 # (the initialization alone: one round of that baseline, InfoCSE started from it)
 INITIALIZATIONS = tuple((BASELINE_NAMES[method], infocse_label({"init": {"method": method}}))

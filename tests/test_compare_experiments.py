@@ -72,7 +72,7 @@ def test_a_loop_run_gives_a_seed_row_and_the_chosen_model():
 
 
 def test_a_baseline_run_is_one_row_named_after_its_annotator():
-    rows = compare.run_rows(make_run("r", 1, "conpono", [state(0.65), state(0, stopped=True)], best=0,
+    rows = compare.run_rows(make_run("r", 1, "neighbours", [state(0.65), state(0, stopped=True)], best=0,
                                      loop={"max_iterations": 0}))
     assert [row["method"] for row in rows] == ["neighbour pairs (CONPONO-style)"]
     assert rows[0]["pairs"] == 2560 and rows[0]["token_jaccard"] == pytest.approx(0.1)
@@ -156,14 +156,14 @@ def test_a_mean_beyond_two_standard_errors_is_not_called_higher_at_n_3():
     runs = []
     for seed, gain in enumerate([0.01, 0.03, 0.05]):
         runs.append(make_run(f"i{seed}", seed, "none", [state(0.6)], best=0))
-        runs.append(make_run(f"c{seed}", seed, "conpono", [state(0.6 + gain)], best=0, loop={"max_iterations": 0}))
+        runs.append(make_run(f"c{seed}", seed, "neighbours", [state(0.6 + gain)], best=0, loop={"max_iterations": 0}))
     (conpono,) = difference_rows(compare.render(runs), "neighbour pairs (CONPONO-style)")
     assert cells(conpono)[2] == "no difference shown (95% CI contains 0)", conpono
 
 
 def test_methods_are_compared_with_infocse_of_the_same_setting_and_seed():
     runs = [make_run(f"i{seed}", seed, "none", [state(0.5), state(0.60 + 0.01 * seed)], best=1) for seed in range(3)]
-    runs += [make_run(f"c{seed}", seed, "conpono", [state(0.55 + 0.02 * seed)], best=0, loop={"max_iterations": 0})
+    runs += [make_run(f"c{seed}", seed, "neighbours", [state(0.55 + 0.02 * seed)], best=0, loop={"max_iterations": 0})
              for seed in range(3)]
     rows, _ = compare.collect(runs)
     conpono = [r for r in rows if r["method"] == "neighbour pairs (CONPONO-style)"]
@@ -179,7 +179,7 @@ def test_budget_sweep_table_has_one_row_per_setting_and_method():
         for seed in range(3):
             runs.append(make_run(f"man-infocse{suffix}-s{seed}", seed, "none", [state(0.5), state(0.55)], best=1,
                                  corpus="manpages", **budget))
-            runs.append(make_run(f"man-conpono{suffix}-s{seed}", seed, "conpono", [state(0.56)], best=0,
+            runs.append(make_run(f"man-conpono{suffix}-s{seed}", seed, "neighbours", [state(0.56)], best=0,
                                  corpus="manpages", loop={"max_iterations": 0}, **budget))
     text = compare.render(runs)
     sweep = text.split("### Budget sweep: manpages")[1].split("###")[0]
@@ -259,7 +259,7 @@ def test_the_setting_is_chosen_by_validation_over_shared_seeds_never_by_test():
         # all10 wins on validation (0.70 vs 0.60 and 0.62), all20 on test (0.80 vs 0.55)
         runs.append(sweep_run(f"man-infocse-all10-s{seed}", seed, 0.55 + 0.01 * seed, 0.70, ALL10))
         runs.append(sweep_run(f"man-infocse-all20-s{seed}", seed, 0.80, 0.60 + 0.02 * seed, ALL20))
-        runs.append(sweep_run(f"man-conpono-all10-s{seed}", seed, 0.60 + 0.03 * seed, 0.60, ALL10, init="conpono"))
+        runs.append(sweep_run(f"man-conpono-all10-s{seed}", seed, 0.60 + 0.03 * seed, 0.60, ALL10, init="neighbours"))
     # a third seed at all20 only, with a val that would lift all20's mean above all10's: not shared, not counted
     runs.append(sweep_run("man-infocse-all20-s2", 2, 0.80, 0.99, ALL20))
     line = chosen_line(compare.render(runs))

@@ -52,7 +52,7 @@ def test_starting_points_budgets_and_the_best_baseline_by_validation():
         run("s0-300", 0, 300, f0=scores(0.60, 0.5), best=scores(0.61, 0.5)),
         # SimCSE is better on test, CONPONO on validation: the report must pick CONPONO
         run("simcse", 0, 100, init="simcse", max_iterations=0, f0=scores(0.90, 0.40)),
-        run("conpono", 0, 100, init="conpono", max_iterations=0, f0=scores(0.45, 0.70)),
+        run("neighbours", 0, 100, init="neighbours", max_iterations=0, f0=scores(0.45, 0.70)),
     ]
     cells, _ = fewshot.collect(runs)
     assert fewshot.best_baseline(cells) == "neighbour pairs (CONPONO-style)"
@@ -68,14 +68,14 @@ def test_starting_points_budgets_and_the_best_baseline_by_validation():
 def test_the_best_baseline_is_scored_on_the_budgets_and_seeds_every_candidate_has():
     # ICT's one run at "all" labels scores higher than anything at 100 labels, but CONPONO and ICT
     # share only seed 0 at 100 labels, where CONPONO is better
-    shared = [run("c0", 0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
-              run("c1", 1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.50)),
+    shared = [run("c0", 0, 100, init="neighbours", max_iterations=0, f0=scores(0.5, 0.60)),
+              run("c1", 1, 100, init="neighbours", max_iterations=0, f0=scores(0.5, 0.50)),
               run("i0", 0, 100, init="ict", max_iterations=0, f0=scores(0.5, 0.55)),
               run("i-all", 0, "all", init="ict", max_iterations=0, f0=scores(0.5, 0.95))]
     assert fewshot.best_baseline(fewshot.collect(shared)[0]) == "neighbour pairs (CONPONO-style)"
     # no shared run: the baseline run at more budgets and seeds is the candidate
-    apart = [run("c0", 0, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
-             run("c1", 1, 100, init="conpono", max_iterations=0, f0=scores(0.5, 0.60)),
+    apart = [run("c0", 0, 100, init="neighbours", max_iterations=0, f0=scores(0.5, 0.60)),
+             run("c1", 1, 100, init="neighbours", max_iterations=0, f0=scores(0.5, 0.60)),
              run("m", 0, 300, init="mirror", max_iterations=0, f0=scores(0.5, 0.90))]
     assert fewshot.best_baseline(fewshot.collect(apart)[0]) == "neighbour pairs (CONPONO-style)"
     assert fewshot.best_baseline(fewshot.collect(apart[2:])[0]) == "Mirror-BERT"

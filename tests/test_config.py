@@ -176,12 +176,12 @@ def test_bad_annotator_options_are_one_line(key, value, message):
 
 
 @pytest.mark.parametrize("value, message", [
-    ("conpono", "params `init.method` 'conpono' is now 'neighbours', the name of what it runs"),
-    ("consert", "params `init.method` 'consert' is now 'text_shuffle_cutoff', the name of what it runs"),
+    ("conpono", "`init.method` must be one of ['none', 'simcse', 'mirror', 'text_shuffle_cutoff', 'ict', 'neighbours'], "
+                "got 'conpono'"),
     ("foo", "`init.method` must be one of ['none', 'simcse', 'mirror', 'text_shuffle_cutoff', 'ict', 'neighbours'], "
             "got 'foo'"),
 ])
-def test_bad_or_renamed_init_methods_are_one_line(value, message):
+def test_bad_init_methods_are_one_line(value, message):
     lines = problems(with_values(repo_params(), {"init.method": value}))
     assert len(lines) == 1 and message in lines[0], lines
 
