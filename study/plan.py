@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 PLAN = Path("study/plan.yaml")
-RUNS_DIR = Path("results/runs")
+RUNS_DIR = Path("study/runs")
 
 
 def load_plan(path: Path = PLAN) -> dict:
@@ -92,7 +92,7 @@ def queue(runs: list[dict], extra: list[str], only_missing: bool, runs_dir: Path
         if subprocess.run(["git", "rev-parse", "-q", "--verify", ref], capture_output=True).returncode == 0:
             if not exported:
                 print(f"{run['name']} ran at this commit but has no run file: export it first "
-                      "(python -m scripts.export_runs)", file=sys.stderr)
+                      "(python -m study.export_runs)", file=sys.stderr)
                 refused += 1
                 continue
             subprocess.run(["dvc", "exp", "remove", ref], check=True, capture_output=True)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(exp_run_args(run, args.extra)[5:]))
         return 0
     status = queue(runs, args.extra, args.only_missing)
-    print("next: dvc queue start -j 1 && python -m scripts.export_runs --wait && python -m scripts.make_reports")
+    print("next: dvc queue start -j 1 && python -m study.export_runs --wait && python -m study.make_reports")
     return status
 
 

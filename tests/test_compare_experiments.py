@@ -1,4 +1,4 @@
-"""The comparison report (scripts/compare_experiments.py) from hand-made run files: rows per run,
+"""The comparison report (study/compare_experiments.py) from hand-made run files: rows per run,
 grouping by corpus / setting / method, dedupe, deltas paired by seed with t-intervals checked
 against scipy, the budget sweep table, byte-identical output, and the report with no runs."""
 
@@ -13,7 +13,7 @@ from conftest import repo_params
 from pipeline_helpers import deep_merge
 from scipy import stats
 
-from scripts import compare_experiments as compare
+from study import compare_experiments as compare
 
 
 def state(r1: float, val_mrr: float = 0.5, stopped: bool = False) -> dict:
@@ -25,7 +25,7 @@ def state(r1: float, val_mrr: float = 0.5, stopped: bool = False) -> dict:
 
 def make_run(name: str, seed: int, init: str, states: list[dict], best: int, corpus: str = "bbc",
              ran_at: str = "2030-01-01T00:00:00", pairs: int = 2560, precision: str = "fp32", **overrides) -> dict:
-    """A run file as scripts/export_runs.py writes it: full params, metrics per iteration (each
+    """A run file as study/export_runs.py writes it: full params, metrics per iteration (each
     evaluate stage records the precision it ran in)."""
     metrics = {f"metrics/iterations/iter-{t}/retrieval.json": s for t, s in enumerate(states)}
     for t, s in enumerate(states):
@@ -206,20 +206,20 @@ def test_one_run_shows_n_1_and_no_interval():
 
 def test_reports_are_identical_bytes_on_a_rerun(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_runs(tmp_path / "results/runs", [
+    write_runs(tmp_path / "study/runs", [
         make_run(f"i{seed}", seed, "none", [state(0.5 + seed / 50), state(0.55, 0.6)], best=1) for seed in range(2)])
     compare.main()
-    first = {p: (tmp_path / p).read_bytes() for p in ("reports/comparison.md", "reports/convergence.png")}
+    first = {p: (tmp_path / p).read_bytes() for p in ("study/reports/comparison.md", "study/reports/convergence.png")}
     compare.main()
     assert {p: (tmp_path / p).read_bytes() for p in first} == first
-    assert "InfoCSE (init none, K=1)" in first["reports/comparison.md"].decode()
+    assert "InfoCSE (init none, K=1)" in first["study/reports/comparison.md"].decode()
 
 
 def test_no_run_files_still_writes_a_report_that_says_so(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     compare.main()
-    text = (tmp_path / "reports/comparison.md").read_text()
-    assert "No runs yet" in text and (tmp_path / "reports/convergence.png").stat().st_size > 0
+    text = (tmp_path / "study/reports/comparison.md").read_text()
+    assert "No runs yet" in text and (tmp_path / "study/reports/convergence.png").stat().st_size > 0
 
 
 def test_a_file_that_is_not_a_run_file_is_one_clear_error(tmp_path):

@@ -1,4 +1,4 @@
-"""The few-shot report (scripts/compare_fewshot.py) from hand-made run files: which run gives which
+"""The few-shot report (study/compare_fewshot.py) from hand-made run files: which run gives which
 starting point, the best baseline picked by validation, cells per label budget, differences paired
 by seed with a t-interval, and stale or missing fine-tuning metrics."""
 
@@ -11,7 +11,7 @@ from scipy import stats
 from test_compare_experiments import cells as table_cells
 from test_compare_experiments import write_runs
 
-from scripts import compare_fewshot as fewshot
+from study import compare_fewshot as fewshot
 
 
 def scores(r1: float, val_mrr: float) -> dict:
@@ -115,17 +115,17 @@ def test_plusplus_curve_from_the_round_files():
 def test_a_run_without_fine_tuning_metrics_gives_no_cell_and_the_report_says_so(tmp_path, monkeypatch):
     """A budget-sweep run (`dvc exp run select report`) has no finetuned metrics in its run file."""
     monkeypatch.chdir(tmp_path)
-    write_runs(tmp_path / "results/runs", [run("sweep", 0, 100)])
+    write_runs(tmp_path / "study/runs", [run("sweep", 0, 100)])
     fewshot.main()
-    assert "no run with fine-tuning metrics" in (tmp_path / "reports/fewshot.md").read_text()
+    assert "no run with fine-tuning metrics" in (tmp_path / "study/reports/fewshot.md").read_text()
 
 
 def test_report_and_plot_are_identical_bytes_on_a_rerun(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_runs(tmp_path / "results/runs", [
+    write_runs(tmp_path / "study/runs", [
         run(f"s{seed}", seed, 100, f0=scores(0.5, 0.5), best=scores(0.52, 0.5), plusplus=scores(0.55, 0.6),
             max_rounds=3) for seed in range(2)])
     fewshot.main()
-    first = {p: (tmp_path / p).read_bytes() for p in ("reports/fewshot.md", "reports/plusplus_rounds.png")}
+    first = {p: (tmp_path / p).read_bytes() for p in ("study/reports/fewshot.md", "study/reports/plusplus_rounds.png")}
     fewshot.main()
     assert {p: (tmp_path / p).read_bytes() for p in first} == first

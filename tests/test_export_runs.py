@@ -1,4 +1,4 @@
-"""scripts/export_runs.py: a real `dvc exp run` in a scratch project becomes a run file holding the
+"""study/export_runs.py: a real `dvc exp run` in a scratch project becomes a run file holding the
 run's own metrics only (the stage it did not run keeps its baseline's file, which is left out),
 lists included; exports are byte-stable and never silently replaced. The freshness rule on a
 hand-made dvc.lock."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import export_runs
+from study import export_runs
 
 STEP = """\
 import json, os, sys, yaml
@@ -78,7 +78,7 @@ def project(tmp_path_factory) -> Path:
 
 
 def export(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scripts.export_runs", *args], cwd=root, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "study.export_runs", *args], cwd=root, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(export_runs.__file__).parents[1]),
                                "HOME": str(root)})
 
@@ -86,7 +86,7 @@ def export(root: Path, *args: str) -> subprocess.CompletedProcess:
 def test_an_experiment_becomes_a_run_file_with_its_own_metrics_only(project):
     result = export(project)
     assert result.returncode == 0, result.stderr
-    run = json.loads((project / "results/runs/s1.json").read_text())
+    run = json.loads((project / "study/runs/s1.json").read_text())
     baseline = sh("git", "rev-parse", "HEAD", cwd=project).strip()
     assert run["commit"] == baseline and run["source"] == "dvc exp" and run["uncommitted_code"] == []
     assert run["params_changed"] == {"seed": 1, "corpus.source": "bbc"}
@@ -100,7 +100,7 @@ def test_an_experiment_becomes_a_run_file_with_its_own_metrics_only(project):
 
 def test_exports_are_stable_and_never_silently_replaced(project):
     assert export(project).returncode == 0
-    path = project / "results/runs/s1.json"
+    path = project / "study/runs/s1.json"
     first = path.read_bytes()
     again = export(project)
     assert again.returncode == 0 and "unchanged" in again.stdout and path.read_bytes() == first
@@ -114,7 +114,7 @@ def test_the_workspace_run(project):
     """`dvc exp run` (not queued) leaves the experiment's results in the working tree: the same rule applies."""
     result = export(project, "--workspace", "ws", "--no-experiments")
     assert result.returncode == 0, result.stderr
-    run = json.loads((project / "results/runs/ws.json").read_text())
+    run = json.loads((project / "study/runs/ws.json").read_text())
     assert run["source"] == "workspace" and run["experiment"] is None and run["params"]["seed"] == 1
     assert set(run["metrics"]) == {"metrics/best.json", "metrics/corpus.json"}
 

@@ -1,10 +1,10 @@
-"""scripts/gpu_bundle.py: which bundled wheels a machine needs installed."""
+"""study/gpu_bundle.py: which bundled wheels a machine needs installed."""
 
 from __future__ import annotations
 
 import importlib.metadata
 
-from scripts import gpu_bundle
+from study import gpu_bundle
 
 
 def wheel(folder, name: str, version: str) -> None:

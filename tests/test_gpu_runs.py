@@ -1,4 +1,4 @@
-"""scripts/gpu_runs.py: the corpus a run gets on the GPU machine is what the prepare stage makes for its
+"""study/gpu_runs.py: the corpus a run gets on the GPU machine is what the prepare stage makes for its
 seed, and imported results become run files that say which code differed from the plan's commit."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import yaml
 
 from infocse.config import parse_config
 from infocse.corpora.build import prepare_corpus
-from scripts import gpu_runs
-from scripts.compare_experiments import run_rows
+from study import gpu_runs
+from study.compare_experiments import run_rows
 from study.plan import expand
 
 REPO = Path(__file__).resolve().parents[1]

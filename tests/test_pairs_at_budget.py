@@ -1,4 +1,4 @@
-"""scripts/pairs_at_budget.py counts a document's pairs as IDC makes them: every pair inside a cluster."""
+"""study/pairs_at_budget.py counts a document's pairs as IDC makes them: every pair inside a cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 
 from infocse.idc import intra_cluster_pairs
-from scripts.pairs_at_budget import pairs_per_document
+from study.pairs_at_budget import pairs_per_document
 
 
 def test_pairs_per_document_on_a_hand_worked_table():

@@ -1,4 +1,4 @@
-"""The paper's tables and claims (scripts/paper_tables.py) from hand-made run files: the verdict
+"""The paper's tables and claims (study/paper_tables.py) from hand-made run files: the verdict
 rule, a table cell with its n and paired interval, what has no run said as "not run", older groups
 never pooled with the newest, few-shot and mixed-corpus claims, the larger model's row."""
 
@@ -12,8 +12,8 @@ from test_compare_fewshot import run as fewshot_run
 from test_compare_fewshot import scores
 
 from infocse.reporting import t_interval
-from scripts import paper_tables as paper
-from scripts.compare_experiments import NEIGHBOURS, REFERENCE
+from study import paper_tables as paper
+from study.compare_experiments import NEIGHBOURS, REFERENCE
 
 BASELINES = {"simcse": "SimCSE", "mirror": "Mirror-BERT", "text_shuffle_cutoff": paper.TEXT_SHUFFLE_CUTOFF,
              "ict": "ICT", "neighbours": NEIGHBOURS}
@@ -321,8 +321,8 @@ def test_a_verdict_is_read_at_the_preset_seeds_and_later_seeds_are_a_follow_up()
 
 def test_no_run_files_give_a_report_of_not_run_and_a_plot(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_runs(tmp_path / "results/runs", [])
+    write_runs(tmp_path / "study/runs", [])
     paper.main()
-    text = (tmp_path / "reports/paper_tables.md").read_text()
+    text = (tmp_path / "study/reports/paper_tables.md").read_text()
     assert {row[2] for row in table_rows(text, "## The paper's claims").values()} == {"not run"}
-    assert (tmp_path / "reports/paper_tables.png").stat().st_size > 0
+    assert (tmp_path / "study/reports/paper_tables.png").stat().st_size > 0

@@ -25,7 +25,7 @@ def test_chain_runs_and_writes_metrics(built_project):
     pairs = json.loads((project / "metrics/iterations/iter-1/pairs.json").read_text())
     assert pairs["pairs"] > 0 and pairs["mean_cluster_size"] >= 2
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] in (0, 1)
-    # what ran is recorded (scripts/compare_experiments.py reads it): the tiny project sets fp32
+    # what ran is recorded (study/compare_experiments.py reads it): the tiny project sets fp32
     ran = {name: json.loads((project / f"metrics/iterations/iter-1/{name}.json").read_text())["precision"]
            for name in ("embed", "evaluate", "train")}
     assert ran == dict.fromkeys(ran, "fp32"), ran

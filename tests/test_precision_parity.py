@@ -1,4 +1,4 @@
-"""The bf16-against-fp32 report (scripts/precision_parity.py) from hand-made run files: each bf16
+"""The bf16-against-fp32 report (study/precision_parity.py) from hand-made run files: each bf16
 row paired with the fp32 row of the same setting, method and seed, differences checked against
 scipy's t-interval, unmatched runs left out."""
 
@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 from test_compare_experiments import cells, make_run, state
 
-from scripts import compare_experiments as compare
-from scripts import precision_parity as parity
+from study import compare_experiments as compare
+from study import precision_parity as parity
 
 
 def infocse(seed: int, seed_r1: float, r1: float, precision: str, **overrides) -> dict:

@@ -1,6 +1,6 @@
 """The README's numbers cannot go stale: its results are generated blocks, and prose carries none.
 
-`python -m scripts.make_reports` writes the blocks between `<!-- NAME: generated ... -->` and
+`python -m study.make_reports` writes the blocks between `<!-- NAME: generated ... -->` and
 `<!-- end NAME -->` from the committed run files and the default run's report
 (tests/test_committed_reports.py checks that the committed README is exactly what it writes). Here:
 the blocks are there and hold what the generator makes of the committed files, and outside them
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from scripts import readme_results
-from scripts.compare_experiments import load_runs
+from study import readme_results
+from study.compare_experiments import load_runs
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCKS = ("verdict", "results", "default run")
@@ -37,11 +37,11 @@ def without_blocks(text: str) -> str:
 def test_each_generated_block_is_what_the_generator_writes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the forest plot goes here, not over the committed one
     (tmp_path / "reports").mkdir()
-    expected = readme_results.blocks(load_runs(REPO / "results/runs"), (REPO / "reports/report.md").read_text())
+    expected = readme_results.blocks(load_runs(REPO / "study/runs"), (REPO / "reports/report.md").read_text())
     text = readme()
     for name, content in expected.items():
         start, end = readme_results.marked(name)
-        assert f"{start}\n{content}\n{end}" in text, f"README block {name!r}: run `python -m scripts.make_reports`"
+        assert f"{start}\n{content}\n{end}" in text, f"README block {name!r}: run `python -m study.make_reports`"
         assert re.search(r"\d\.\d{3}", content) or name == "default run" and "chosen" in content, name
 
 

@@ -1,4 +1,4 @@
-"""reports/selection.md (scripts/selection_rules.py): each rule's choice replayed from a run's
+"""study/reports/selection.md (study/selection_rules.py): each rule's choice replayed from a run's
 recorded scores with the pipeline's stopping rule, the paired differences and the verdict by the
 rule stated before the runs, on hand-made run files whose numbers are worked out here."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from scripts import selection_rules
+from study import selection_rules
 
 
 def state(val: float, validation: float, test_r1: float, test_mrr: float) -> dict:

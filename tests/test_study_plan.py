@@ -38,7 +38,7 @@ def test_every_run_file_the_plan_names_ran_with_the_plans_params(monkeypatch):
     named = {run["name"]: run for set_name in plan.load_plan()
              for run in plan.expand(set_name, ["bbc", "manpages"], [0, 1, 2, 3, 4])}
     checked = 0
-    for path in sorted((REPO / "results/runs").glob("*.json")):
+    for path in sorted((REPO / "study/runs").glob("*.json")):
         run = json.loads(path.read_text())
         if HISTORICAL.match(run["name"]):
             continue
@@ -121,8 +121,8 @@ def test_queueing_a_set_for_real(tmp_path):
             for name, p in queued.items()} == dict.fromkeys(queued, ("bf16", 0, "manpages", 100))
     assert queued["man-b-pp-s0"]["finetune"]["epochs"] == 6
 
-    (project / "results/runs").mkdir(parents=True)
-    (project / "results/runs/man-a-pp-s0.json").write_text("{}")  # as if exported
+    (project / "study/runs").mkdir(parents=True)
+    (project / "study/runs/man-a-pp-s0.json").write_text("{}")  # as if exported
     again = queue(project, "t", "--tag", "pp", "--only-missing")
     assert again.returncode == 1 and "skip man-a-pp-s0" in again.stdout
     assert "man-b-pp-s0 is already queued" in again.stderr

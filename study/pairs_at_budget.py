@@ -1,7 +1,7 @@
 """How many training pairs a round would have under other per-document caps, from a finished run's
 embeddings (what a budget costs before you train at it):
 
-    python -m scripts.pairs_at_budget [--caps 10 20 40] [--k 1]
+    python -m study.pairs_at_budget [--caps 10 20 40] [--k 1]
 
 For each `data/iterations/iter-t/embeddings.npy` of the run in the working tree: the pairs IDC mines
 (K from params.yaml unless --k) and how many remain with at most N pairs per document and no

@@ -1,7 +1,7 @@
 """Build gpu-bundle/: what an offline CUDA machine lacks to run `benchmarks/gpu_throughput.py` and the
-runs of `scripts/gpu_runs.py` (which adds its plan and corpora to the same folder).
+runs of `study/gpu_runs.py` (which adds its plan and corpora to the same folder).
 
-    python -m scripts.gpu_bundle [--dest gpu-bundle] [--corpus DIR] [--python 3.10 3.11 3.12 3.13]
+    python -m study.gpu_bundle [--dest gpu-bundle] [--corpus DIR] [--python 3.10 3.11 3.12 3.13]
 
 Such a machine has torch, sentence-transformers, transformers, pandas, pyarrow and scipy, and no
 network, DVC, blingfire or registry-packaged models. The bundle (git-ignored, under 64 MiB) holds:

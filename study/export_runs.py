@@ -1,14 +1,14 @@
-"""Export finished runs to committed run files, `results/runs/<name>.json`: the data every report reads.
+"""Export finished runs to committed run files, `study/runs/<name>.json`: the data every report reads.
 
-    python -m scripts.export_runs                          # every finished `dvc exp` experiment
-    python -m scripts.export_runs --workspace NAME         # and the run in the working tree (`dvc repro`)
-    python -m scripts.export_runs --commit REV NAME        # and a run committed at REV (dvc.lock + metrics/)
-    python -m scripts.export_runs --wait                   # first wait until `dvc queue` has nothing left
-    python -m scripts.export_runs --match 'man-*'          # only experiments whose name matches
-    python -m scripts.export_runs --force                  # replace run files whose content changed
+    python -m study.export_runs                          # every finished `dvc exp` experiment
+    python -m study.export_runs --workspace NAME         # and the run in the working tree (`dvc repro`)
+    python -m study.export_runs --commit REV NAME        # and a run committed at REV (dvc.lock + metrics/)
+    python -m study.export_runs --wait                   # first wait until `dvc queue` has nothing left
+    python -m study.export_runs --match 'man-*'          # only experiments whose name matches
+    python -m study.export_runs --force                  # replace run files whose content changed
 
-After a queue: `dvc queue start -j 1`, then `python -m scripts.export_runs --wait` and
-`python -m scripts.make_reports`; commit `results/runs/` with the reports.
+After a queue: `dvc queue start -j 1`, then `python -m study.export_runs --wait` and
+`python -m study.make_reports`; commit `study/runs/` with the reports.
 
 A run file holds the run's name, the commit it ran at (an experiment's baseline; for the
 workspace, HEAD; for --commit, REV), the tracked files other than outputs that differed from that commit
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import yaml
 
-RUNS_DIR = Path("results/runs")
+RUNS_DIR = Path("study/runs")
 EXPERIMENT_REF = re.compile(r"^refs/exps/([0-9a-f]{2})/([0-9a-f]{38})/(.+)$")
 ALWAYS_RECORDED = ("corpus.source", "seed")
 # What a run writes or sets: a run whose files differ from its commit only here ran that commit's code.
@@ -204,7 +204,7 @@ def build_run(name: str, source: str, commit: str, experiment: str | None, ran_a
 
 def run_file(name: str, source: str, commit: str, experiment: str | None, ran_at: str, params: dict,
              defaults: dict, metrics: dict) -> dict:
-    """What every run file holds, however the run was made (scripts/gpu_runs.py adds to it)."""
+    """What every run file holds, however the run was made (study/gpu_runs.py adds to it)."""
     return {"name": name, "source": source, "commit": commit, "experiment": experiment, "ran_at": ran_at,
             "params": params, "params_changed": changed_params(params, defaults), "metrics": metrics}
 

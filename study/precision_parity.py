@@ -1,10 +1,10 @@
-"""bf16 against fp32, reports/precision.md, from committed run files: does `precision: auto` on a
+"""bf16 against fp32, study/reports/precision.md, from committed run files: does `precision: auto` on a
 CPU with bf16 units (bf16 encoding and training) give the models fp32 gives?
 
-    python -m scripts.make_reports             # every report, this one included
-    python -m scripts.precision_parity         # this report alone
+    python -m study.make_reports             # every report, this one included
+    python -m study.precision_parity         # this report alone
 
-A bf16 row (scripts/compare_experiments.py: one method of one run) is paired with the fp32 row of
+A bf16 row (study/compare_experiments.py: one method of one run) is paired with the fp32 row of
 the same corpus, evaluation, setting, method and seed, so both have the same label split and test
 queries; the difference bf16 minus fp32 carries a t-based 95% interval over the seeds. The seed
 model's row is in it too: it isolates what bf16 encoding alone does to the scores. Training seconds
@@ -19,10 +19,10 @@ import pandas as pd
 
 from infocse.io import write_text
 from infocse.reporting import format_interval, markdown_table, t_interval, verdict
-from scripts.compare_experiments import (ALWAYS_SHOWN, PRECISION, RUNS_DIR, canonical, collect, label, load_runs,
+from study.compare_experiments import (ALWAYS_SHOWN, PRECISION, RUNS_DIR, canonical, collect, label, load_runs,
                                          method_order, varying_keys)
 
-REPORT = "reports/precision.md"
+REPORT = "study/reports/precision.md"
 REDUCED = "bf16"
 FULL = "fp32"
 METRICS = (("test", "recall@1"), ("test", "mrr@10"))
@@ -60,7 +60,7 @@ def difference(pair: tuple[dict, dict], split: str, metric: str) -> float | None
 
 def render(runs: list[dict]) -> str:
     lines = ["# Precision: bf16 against fp32", "",
-             "Made by `python -m scripts.make_reports` (or `python -m scripts.precision_parity`) from the committed "
+             "Made by `python -m study.make_reports` (or `python -m study.precision_parity`) from the committed "
              f"run files in `{RUNS_DIR}/` alone.", "",
              f"- Each {REDUCED} row is paired with the {FULL} row of the same corpus, setting, method and seed (same "
              "label split, same test queries); a run's precision is what its stages recorded (`precision: auto` is "

@@ -1,9 +1,9 @@
-"""The cross-run comparison, reports/comparison.md and reports/convergence.png, from committed run files.
+"""The cross-run comparison, study/reports/comparison.md and study/reports/convergence.png, from committed run files.
 
-    python -m scripts.make_reports             # this report and the few-shot one (scripts/compare_fewshot.py)
-    python -m scripts.compare_experiments      # this report alone
+    python -m study.make_reports             # this report and the few-shot one (study/compare_fewshot.py)
+    python -m study.compare_experiments      # this report alone
 
-It reads only `results/runs/*.json` (written by `python -m scripts.export_runs` after the runs of
+It reads only `study/runs/*.json` (written by `python -m study.export_runs` after the runs of
 study/plan.yaml), never DVC, so a clone regenerates the same bytes. With no run files
 it still writes a report that says so.
 
@@ -33,11 +33,11 @@ from matplotlib.ticker import MaxNLocator
 from infocse.io import write_text
 from infocse.methods import METHODS
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
-from scripts.export_runs import flatten
+from study.export_runs import flatten
 
-RUNS_DIR = Path("results/runs")
-REPORT = Path("reports/comparison.md")
-PLOT = Path("reports/convergence.png")
+RUNS_DIR = Path("study/runs")
+REPORT = Path("study/reports/comparison.md")
+PLOT = Path("study/reports/convergence.png")
 TEST_METRICS = ("recall@1", "recall@5", "recall@10", "mrr@10")
 DELTA_METRICS = ("recall@1", "mrr@10")
 BASELINE_NAMES = {name: method.display for name, method in METHODS.items()}  # each `init.method` by what it runs
@@ -55,7 +55,7 @@ PRECISION_PARAMS = ("precision", "embed.precision", "evaluate.precision", "train
 
 # What each param is to a comparison. Evaluation: what the seed model's scores depend on (rows are
 # only compared within one). Method: what a row is named by. Ignored: where or how fast a run
-# computes, not what (and the few-shot params, which scripts/compare_fewshot.py reads). Every other
+# computes, not what (and the few-shot params, which study/compare_fewshot.py reads). Every other
 # param, present or added later, is part of the setting: runs differing in it are not pooled.
 # A key ending in "." covers its whole section.
 EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "corpus.")
@@ -112,7 +112,7 @@ def load_runs(folder: Path = RUNS_DIR) -> list[dict]:
         run = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(run, dict) or not {"params", "metrics"} <= set(run):
             raise SystemExit(f"{path} is not a run file (no params and metrics): write run files with "
-                             "`python -m scripts.export_runs`")
+                             "`python -m study.export_runs`")
         run.setdefault("name", path.stem)
         runs.append(run)
     return runs
@@ -470,13 +470,13 @@ def corpus_sections(rows: list[dict]) -> list[str]:
 def render(runs: list[dict]) -> str:
     lines = ["# Comparison: InfoCSE, the classic self-supervised baselines, initializations, ablations and "
              "pair budgets", "",
-             "Made by `python -m scripts.make_reports` (or `python -m scripts.compare_experiments`) from the "
-             f"committed run files in `{RUNS_DIR}/` alone; `python -m scripts.export_runs` writes them after the "
+             "Made by `python -m study.make_reports` (or `python -m study.compare_experiments`) from the "
+             f"committed run files in `{RUNS_DIR}/` alone; `python -m study.export_runs` writes them after the "
              "runs.", ""]
     if not runs:
         return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` holds no run file. Queue runs "
                                   "(`python -m study.plan queue main`), run them (`dvc queue start -j 1`), export "
-                                  "them (`python -m scripts.export_runs --wait`) and run this command again.", ""])
+                                  "them (`python -m study.export_runs --wait`) and run this command again.", ""])
     rows, dropped = collect(runs)
     commits = sorted({r["commit"] for r in rows if r["commit"]})
     lines += [f"Run files: {len(runs)}; rows: {len(rows)}; code commits: {', '.join(commits) or '–'}.", "", *INTRO, ""]

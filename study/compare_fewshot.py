@@ -1,9 +1,9 @@
-"""The few-shot report, reports/fewshot.md and reports/plusplus_rounds.png, from committed run files.
+"""The few-shot report, study/reports/fewshot.md and study/reports/plusplus_rounds.png, from committed run files.
 
-    python -m scripts.make_reports           # this report and the comparison (scripts/compare_experiments.py)
-    python -m scripts.compare_fewshot        # this report alone
+    python -m study.make_reports           # this report and the comparison (study/compare_experiments.py)
+    python -m study.compare_fewshot        # this report alone
 
-It reads only `results/runs/*.json` (written by `python -m scripts.export_runs` after the runs of
+It reads only `study/runs/*.json` (written by `python -m study.export_runs` after the runs of
 study/plan.yaml), never DVC, so a clone regenerates the same bytes.
 
 Rows are starting points, columns label budgets (`finetune.labels`); a cell is test Recall@1 /
@@ -14,7 +14,7 @@ MRR@10 after fine-tuning, mean ± sd over seeds, with n:
 - InfoCSE: finetune@best of runs whose loop ran (round 1 of InfoCSE++);
 - InfoCSE++: the round chosen by fine-tuned validation, in runs with `plusplus.max_rounds` > 1.
 Runs are grouped by corpus, evaluation protocol and setting (the self-supervised setting of
-reports/comparison.md plus the fine-tuning params other than the label budget). Differences are
+study/reports/comparison.md plus the fine-tuning params other than the label budget). Differences are
 paired by seed (same split, same labels) with a t-based 95% interval over seeds and n; a verdict
 says higher or lower only when the interval excludes 0. A per-run table follows each group.
 """
@@ -31,11 +31,11 @@ from matplotlib.ticker import MaxNLocator
 
 from infocse.io import write_text
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
-from scripts.compare_experiments import (BASELINE_NAMES, RUNS_DIR, canonical, evaluation_of, label, load_runs,
+from study.compare_experiments import (BASELINE_NAMES, RUNS_DIR, canonical, evaluation_of, label, load_runs,
                                          setting_of, varying_keys)
 
-REPORT = Path("reports/fewshot.md")
-PLOT = Path("reports/plusplus_rounds.png")
+REPORT = Path("study/reports/fewshot.md")
+PLOT = Path("study/reports/plusplus_rounds.png")
 METRICS = ("recall@1", "mrr@10")
 FEWSHOT_SETTING = ("finetune.", "plusplus.patience")  # setting params beyond the self-supervised ones
 NOT_SETTING = ("finetune.labels", "finetune.devices", "finetune.launcher")  # the budget is a column
@@ -192,13 +192,13 @@ INTRO = [
 
 def render(runs: list[dict]) -> str:
     lines = ["# Few-shot fine-tuning: seed model, best baseline, InfoCSE, InfoCSE++", "",
-             "Made by `python -m scripts.make_reports` (or `python -m scripts.compare_fewshot`) from the committed "
+             "Made by `python -m study.make_reports` (or `python -m study.compare_fewshot`) from the committed "
              f"run files in `{RUNS_DIR}/` alone.", ""]
     cells, dropped = collect(runs)
     if not cells:
         what = "holds no run file" if not runs else "holds no run with fine-tuning metrics"
         return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` {what}. Queue them with "
-                                  "`python -m study.plan queue fewshot`, export them (`python -m scripts.export_runs "
+                                  "`python -m study.plan queue fewshot`, export them (`python -m study.export_runs "
                                   "--wait`) and run this command again.", ""])
     lines += INTRO + [""]
     if dropped:

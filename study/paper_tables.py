@@ -1,11 +1,11 @@
-"""The paper's Tables 1-3 and its claims with a verdict each, reports/paper_tables.md and
-reports/paper_tables.png, from committed run files.
+"""The paper's Tables 1-3 and its claims with a verdict each, study/reports/paper_tables.md and
+study/reports/paper_tables.png, from committed run files.
 
-    python -m scripts.make_reports           # every cross-run report, this one included
-    python -m scripts.paper_tables           # this report alone
+    python -m study.make_reports           # every cross-run report, this one included
+    python -m study.paper_tables           # this report alone
 
-It reads only `results/runs/*.json`, through the readers of the comparison and few-shot reports
-(scripts/compare_experiments.py, scripts/compare_fewshot.py), so it groups, dedupes and pairs runs
+It reads only `study/runs/*.json`, through the readers of the comparison and few-shot reports
+(study/compare_experiments.py, study/compare_fewshot.py), so it groups, dedupes and pairs runs
 as they do: runs are pooled only within one corpus, evaluation protocol and setting (every training
 param), so runs of older code, whose params differ, never mix with newer ones.
 
@@ -19,7 +19,7 @@ its fine-tuning epochs. Every cell shows its n; a cell without runs says "not ru
 Each claim of the paper is one or more comparisons on test Recall@1, paired by seed with a t-based
 95% interval; `claim_verdict` turns each interval into holds / not shown / contradicted (or not run)
 and `combined_verdict` joins them. Nothing here reads test numbers to choose anything: the best
-baseline of the few-shot table is chosen on fine-tuned validation (scripts/compare_fewshot.py).
+baseline of the few-shot table is chosen on fine-tuned validation (study/compare_fewshot.py).
 """
 
 from __future__ import annotations
@@ -34,25 +34,25 @@ from matplotlib.figure import Figure
 from infocse.io import write_text
 from infocse.methods import METHODS
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval
-from scripts import compare_experiments as zero_shot
-from scripts import compare_fewshot as few_shot
-from scripts.compare_experiments import (BASELINE_NAMES, NEIGHBOURS, REFERENCE, RUNS_DIR, SEED_MODEL,
+from study import compare_experiments as zero_shot
+from study import compare_fewshot as few_shot
+from study.compare_experiments import (BASELINE_NAMES, NEIGHBOURS, REFERENCE, RUNS_DIR, SEED_MODEL,
                                          TEXT_SHUFFLE_CUTOFF, canonical, infocse_label, iteration_metrics,
                                          load_runs, mean_sd)
-from scripts.gpu_runs import SEED_MODEL_FOLDER as GPU_SEED_MODEL
+from study.gpu_runs import SEED_MODEL_FOLDER as GPU_SEED_MODEL
 
-REPORT = Path("reports/paper_tables.md")
-PLOT = Path("reports/paper_tables.png")
+REPORT = Path("study/reports/paper_tables.md")
+PLOT = Path("study/reports/paper_tables.png")
 
 # params.yaml's CPU defaults of what the tables hold fixed (dotted as in compare_experiments.setting_of;
 # "iterations" is the length of the iteration chain). A key a group's params lack does not exclude it.
 # The precision that ran (compare_experiments.ran_precision) is not a params.yaml value: fp32, that of every
 # run behind the tables so far; CPU runs in bf16 (`auto` with bf16 units) are set beside their fp32 twins
-# in reports/precision.md, and GPU runs (`auto`: "bf16+fp16") are in reports/comparison.md alone.
+# in study/reports/precision.md, and GPU runs (`auto`: "bf16+fp16") are in study/reports/comparison.md alone.
 TABLE_DEFAULTS = {"seed_model": "all-MiniLM-L6-v2", "budget.max_pairs": 2560, "budget.max_pairs_per_document": 20,
                   "iterations": 2, "loop.patience": 1, "finetune.epochs": 3, "precision": "fp32"}
 # The seed model's published weights, and the same rounded to fp16 (and upcast to fp32), which GPU runs start
-# from (scripts/gpu_runs.py: the published weights do not fit its bundle). Runs of the two are never pooled;
+# from (study/gpu_runs.py: the published weights do not fit its bundle). Runs of the two are never pooled;
 # a corpus's tables use one group, preferring the published weights unless the other covers more.
 SEED_MODEL_WEIGHTS = (TABLE_DEFAULTS["seed_model"], GPU_SEED_MODEL)
 CONVERGENCE_KEYS = ("iterations", "loop.patience")
@@ -608,9 +608,9 @@ INTRO = [
     f"{TABLE_DEFAULTS['budget.max_pairs']:,} training pairs per round (at most "
     f"{TABLE_DEFAULTS['budget.max_pairs_per_document']} per document), {TABLE_DEFAULTS['iterations']} iterations, "
     f"loop patience {TABLE_DEFAULTS['loop.patience']}, fine-tuning {TABLE_DEFAULTS['finetune.epochs']} epochs, "
-    f"run in {TABLE_DEFAULTS['precision']} (CPU runs in bf16 are set beside these in reports/precision.md; "
-    "GPU runs in mixed precision are in reports/comparison.md). "
-    f"GPU runs in fp32 (scripts/gpu_runs.py) start from the seed model's weights rounded to fp16, "
+    f"run in {TABLE_DEFAULTS['precision']} (CPU runs in bf16 are set beside these in study/reports/precision.md; "
+    "GPU runs in mixed precision are in study/reports/comparison.md). "
+    f"GPU runs in fp32 (study/gpu_runs.py) start from the seed model's weights rounded to fp16, "
     f"{SEED_MODEL_WEIGHTS[1]}: they are a group of their own, never pooled with runs of the published weights. "
     "A CPU run in fp32 from that same folder joins their group: the device is not a setting, and fp32 on the GPU "
     "and on the CPU differ by float rounding alone, as two CPU models do (each run's source is listed at the end). "
@@ -631,7 +631,7 @@ INTRO = [
 
 RULES = [
     "Each claim is one or more comparisons on test R@1 (first minus second, paired by seed, 95% t-interval over "
-    "seeds); the verdict is read from the intervals alone (`claim_verdict` in scripts/paper_tables.py):",
+    "seeds); the verdict is read from the intervals alone (`claim_verdict` in study/paper_tables.py):",
     "",
     "- *A beats B*: holds when the interval lies above 0, contradicted when it lies below 0, else not shown.",
     f"- *A within ±{CLOSE_MARGIN} of B*: holds when the interval lies inside (−{CLOSE_MARGIN}, +{CLOSE_MARGIN}), "
@@ -699,7 +699,7 @@ def render(runs: list[dict]) -> str:
              for entry in ((alone, [SEED_MODEL, None, None]), (started, [SEED_MODEL, REFERENCE, alone]))]
     lines = [
         "# The paper's tables and claims, on these corpora", "",
-        "Made by `python -m scripts.make_reports` (or `python -m scripts.paper_tables`) from the committed run files "
+        "Made by `python -m study.make_reports` (or `python -m study.paper_tables`) from the committed run files "
         f"in `{RUNS_DIR}/` alone. Run files: {len(runs)}.", "", *INTRO, "",
         "## Table 1: zero-shot retrieval (test)", "",
         f"One round of each baseline from the seed model at the same pair budget; InfoCSE: the iteration chosen by "
@@ -722,7 +722,7 @@ def render(runs: list[dict]) -> str:
         mixed_table(zero_groups, chosen, unmixed_of, runs_by_name), "",
         "## Table 2: few-shot fine-tuning (test R@1 / MRR@10)", "",
         "Each start fine-tuned on the label budget (`finetune.labels`) of the few-shot pool; the best baseline is "
-        "chosen by fine-tuned validation MRR@10 (reports/fewshot.md).", "",
+        "chosen by fine-tuned validation MRR@10 (study/reports/fewshot.md).", "",
         table2(fewshot_groups, chosen_fs, budgets), "",
         "## Table 3: InfoCSE++ and the extended studies", "",
         "### InfoCSE++ and its control (test R@1 / MRR@10)", "",

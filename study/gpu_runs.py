@@ -1,12 +1,12 @@
 """Run a plan of pipeline runs on a CUDA machine that has torch but no DVC and no network, and turn
-what comes back into run files (`results/runs/<name>.json`), as `export_runs` does for `dvc exp`.
+what comes back into run files (`study/runs/<name>.json`), as `export_runs` does for `dvc exp`.
 
-    python -m scripts.gpu_runs plan [--set SET ...] [--corpora ...] [--seeds ...]  # here: sets of study/plan.yaml
-    python -m scripts.gpu_runs run [--workers 5] [--deadline-seconds S]                        # there
-    python -m scripts.gpu_runs import RESULTS.jsonl ...                                        # here
-    python -m scripts.gpu_runs seed-model [DEST]               # the runs' seed model folder, on any machine
+    python -m study.gpu_runs plan [--set SET ...] [--corpora ...] [--seeds ...]  # here: sets of study/plan.yaml
+    python -m study.gpu_runs run [--workers 5] [--deadline-seconds S]                        # there
+    python -m study.gpu_runs import RESULTS.jsonl ...                                        # here
+    python -m study.gpu_runs seed-model [DEST]               # the runs' seed model folder, on any machine
 
-`plan` (after `python -m scripts.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
+`plan` (after `python -m study.gpu_bundle`) adds to gpu-bundle/: `plan.json`, one entry per run
 with its full params and the stage commands `dvc repro --dry --force TARGETS` (the set's targets)
 lists for them (DVC's own order and templating), and `corpora/<corpus>/`: the
 prepare stage's outputs, `documents.parquet` at the first seed and the label split of every seed
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import yaml
 
-from scripts.gpu_bundle import SIZE_LIMIT
+from study.gpu_bundle import SIZE_LIMIT
 from study.plan import expand, load_plan
 from study.plan import tagged as plan_tagged
 
@@ -146,7 +146,7 @@ def prepare_corpora(params_by_run: list[dict], dest: Path) -> None:
 
 def plan(args: argparse.Namespace) -> None:
     if not (BUNDLE / "model").is_dir():
-        raise SystemExit(f"{BUNDLE}/model is missing: build the bundle first (python -m scripts.gpu_bundle)")
+        raise SystemExit(f"{BUNDLE}/model is missing: build the bundle first (python -m study.gpu_bundle)")
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "stages", "infocse", "dvc.yaml"],
                            capture_output=True, text=True, check=True).stdout.strip()
@@ -198,7 +198,7 @@ def fp32_seed_model(fp16_model: Path, dest: Path) -> None:
 def seed_model_here(dest: Path) -> None:
     """The same folder as `run` makes there (the bundle's fp16 rounding, upcast), from the published weights:
     a CPU run with `seed_model: all-MiniLM-L6-v2-fp16` in its working tree joins these runs' group."""
-    from scripts.gpu_bundle import save_fp16_model
+    from study.gpu_bundle import save_fp16_model
 
     if dest.exists():
         raise SystemExit(f"{dest} exists: remove it first")
@@ -300,7 +300,7 @@ def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float)
 
 
 def run(args: argparse.Namespace) -> None:
-    from scripts.gpu_bundle import activate
+    from study.gpu_bundle import activate
 
     taken = activate(args.bundle)
     print(f"from the bundle: {taken or 'nothing'}", flush=True)
@@ -315,7 +315,7 @@ def run(args: argparse.Namespace) -> None:
     threads = str(max(1, (os.cpu_count() or 2) // args.workers))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    procs = [subprocess.Popen([sys.executable, "-m", "scripts.gpu_runs", "run", "--worker", str(i),
+    procs = [subprocess.Popen([sys.executable, "-m", "study.gpu_runs", "run", "--worker", str(i),
                                "--bundle", str(args.bundle), "--runs-dir", str(args.runs_dir), "--out", str(args.out),
                                "--deadline-at", str(deadline)], env=env) for i in range(args.workers)]
     codes = [p.wait() for p in procs]
@@ -326,7 +326,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def import_runs(args: argparse.Namespace) -> int:
-    from scripts.export_runs import RUNS_DIR, git_reader, md5, params_at, run_file, write_run
+    from study.export_runs import RUNS_DIR, git_reader, md5, params_at, run_file, write_run
 
     plan_commit = json.loads((args.bundle / "plan.json").read_text())["commit"]
     facts = {}  # commit -> (md5 of each code file there, its params.yaml)
