@@ -42,7 +42,7 @@ def timed(function) -> tuple[float, object]:
 
 def neighbour_training_pairs(count: int):
     """`count` real pairs: neighbouring sentences of BBC bodies (the `neighbours` annotator), a fixed sample."""
-    from infocse.annotators import neighbour_pairs
+    from infocse.baselines import neighbour_pairs
     from infocse.corpora.readers import read_bbc_news
     from infocse.corpora.sentences import build_sentence_table
 

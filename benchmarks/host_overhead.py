@@ -35,7 +35,7 @@ import torch
 from infocse.models import load_model, resolve_model_source
 from infocse.paths import SENTENCES
 
-STAGES = ("prepare", "initialize", "embed", "cluster", "train", "evaluate", "select_best", "report", "finetune",
+STAGES = ("prepare", "init", "embed", "cluster", "train", "evaluate", "select", "report", "finetune",
           "plusplus")
 
 

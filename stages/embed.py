@@ -1,6 +1,6 @@
 """embed@t: every training sentence encoded by model t-1 (L2-normalised) ->
 data/iterations/iter-t/embeddings.npy. Round 1 may be mined by a separate annotator model
-(`idc.first_round_annotator`); `engine.name: ray` encodes with Ray model actors, same output."""
+(`idc.first_round_model`); `engine.name: ray` encodes with Ray model actors, same output."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from infocse.errors import run_stage
 from infocse.io import save_numpy, write_json
 from infocse.stopping import iteration_is_active
 from infocse.models import CURRENT, load_model, stage_device
-from infocse.paths import ANNOTATOR_MODEL, SENTENCES, IterationPaths
+from infocse.paths import FIRST_ROUND_MODEL, SENTENCES, IterationPaths
 
 
 def mining_model(config: Config, t: int) -> Path:
     """Model t-1, except in round 1 when a separate first-round annotator is set."""
-    if t == 1 and config.idc.first_round_annotator != CURRENT:
-        return ANNOTATOR_MODEL
+    if t == 1 and config.idc.first_round_model != CURRENT:
+        return FIRST_ROUND_MODEL
     return IterationPaths(t - 1).model
 
 

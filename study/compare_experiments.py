@@ -59,7 +59,7 @@ PRECISION_PARAMS = ("precision", "embed.precision", "evaluate.precision", "train
 # param, present or added later, is part of the setting: runs differing in it are not pooled.
 # A key ending in "." covers its whole section.
 EVALUATION_KEYS = ("seed_model", "split.", "evaluate.metric", "evaluate.max_seq_length", "corpus.")
-METHOD_KEYS = ("init.method", "idc.method", "idc.k", "idc.kmeans_clusters", "idc.first_round_annotator",
+METHOD_KEYS = ("init.method", "idc.method", "idc.k", "idc.kmeans_clusters", "idc.first_round_model",
                "loop.max_iterations")
 IGNORED_KEYS = ("seed", "device", "corpus.source", "corpus.manpages_root", "engine.", "embed.batch_size",
                 "evaluate.batch_size", "idc.block_rows", "train.devices", "train.launcher", "report.", "finetune.",
@@ -135,7 +135,7 @@ def infocse_label(params: dict) -> str:
         parts.append(f"IDC K-means ({idc.get('kmeans_clusters')} clusters)")
     else:
         parts.append(f"K={idc.get('k', 1)}")
-    annotator = idc.get("first_round_annotator", "current")
+    annotator = idc.get("first_round_model", "current")
     if annotator not in (None, "current"):
         parts.append(f"round 1 mined by {annotator}")
     limit = (params.get("loop") or {}).get("max_iterations", "all")

@@ -69,7 +69,7 @@ INITIALIZATIONS = tuple((BASELINE_NAMES[method], infocse_label({"init": {"method
                         for method in ("neighbours", "simcse", "ict"))
 KMEANS = infocse_label({"idc": {"method": "kmeans", "kmeans_clusters": 10}})
 K_VARIANTS = tuple(infocse_label({"idc": {"k": k}}) for k in (1, 2, 3))
-SBERT_ROUND1 = infocse_label({"idc": {"first_round_annotator": LARGER_MODEL}})
+SBERT_ROUND1 = infocse_label({"idc": {"first_round_model": LARGER_MODEL}})
 PLANNED_BUDGETS = ("100", "300", "all")  # the few-shot label budgets of the plan, shown even before they run
 PLANNED_ROUNDS = 3  # InfoCSE++ rounds
 PLANNED_ITERATIONS = 3  # InfoCSE iterations of the convergence study

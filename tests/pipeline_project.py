@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ITERATION_STAGES = ["embed@{t}", "cluster@{t}", "train@{t}", "evaluate@{t}"]
-MAIN_STAGES = ["prepare", "init", "evaluate_init", "annotator_model", *[s.format(t=1) for s in ITERATION_STAGES], "select"]
+MAIN_STAGES = ["prepare", "init", "evaluate_init", "first_round_model", *[s.format(t=1) for s in ITERATION_STAGES], "select"]
 FEWSHOT_STAGES = ["labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"]
 REPORT_STAGE = "report"  # last: the run report shows the fine-tuned models too
 # A learning rate this small moves no weight that is not zero (and a zero one by ~1e-30): the model

@@ -189,7 +189,7 @@ def test_bad_params_are_refused_before_the_model_loads(scratch, tmp_path, monkey
     (tmp_path / "not-a-model").mkdir()
     before = snapshot(project)
     status, _, stderr = run_in(project, base, {**BAD_PARAMS, "seed_model": str(tmp_path / "not-a-model")},
-                               "initialize", monkeypatch=monkeypatch, capsys=capsys)
+                               "init", monkeypatch=monkeypatch, capsys=capsys)
     assert_refused(status, stderr, *BAD_PARAM_LINES)
     assert "not-a-model" not in stderr
     assert snapshot(project) == before
@@ -206,13 +206,13 @@ def test_cuda_without_cuda_is_blamed_on_the_device(scratch, tmp_path, monkeypatc
     (tmp_path / "model" / "config.json").write_text("{}")
     before = snapshot(project)
     overrides = {"device": "cuda", "seed_model": str(tmp_path / "model"), "init": {"method": "simcse"}}
-    status, _, stderr = run_in(project, base, overrides, "initialize", monkeypatch=monkeypatch, capsys=capsys)
+    status, _, stderr = run_in(project, base, overrides, "init", monkeypatch=monkeypatch, capsys=capsys)
     assert_refused(status, stderr, "params `device` is 'cuda', but torch is")
     assert "set `device: auto` or `cpu`" in stderr and "model" not in error_lines(stderr)[0]
     assert snapshot(project) == before
 
 
-PRECISION_STAGES = [("initialize",), ("evaluate", "--iteration", "0"), ("embed", "--iteration", "1"),
+PRECISION_STAGES = [("init",), ("evaluate", "--iteration", "0"), ("embed", "--iteration", "1"),
                     ("train", "--iteration", "1"), ("evaluate", "--iteration", "1"), ("finetune", "--start", "f0"),
                     ("plusplus", "--round", "2")]
 
@@ -244,7 +244,7 @@ def test_fp16_on_the_cpu_stops_the_stage(scratch):
 
 
 # ---------------------------------------------------------------- unusual corpora that must run
-PIPELINE = ["prepare", "init", "evaluate_init", "annotator_model", "embed@1", "cluster@1", "train@1", "evaluate@1",
+PIPELINE = ["prepare", "init", "evaluate_init", "first_round_model", "embed@1", "cluster@1", "train@1", "evaluate@1",
             "select", "labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus", "report"]
 
 

@@ -108,7 +108,7 @@ def test_every_param_refuses_a_bad_value_with_one_line_naming_it():
 
 def test_several_bad_values_are_all_reported_one_line_each():
     bad = {"idc.k": 0, "train.learning_rate": "fast", "evaluate.metric": "accuracy", "device": "tpu",
-           "annotators.text_cutoff_rate": 2.0}
+           "baselines.text_cutoff_rate": 2.0}
     lines = problems(with_values(repo_params(), bad))
     assert len(lines) == len(bad), lines
     for dotted in bad:
@@ -116,8 +116,8 @@ def test_several_bad_values_are_all_reported_one_line_each():
 
 
 def test_a_missing_param_is_named():
-    lines = problems(with_values(repo_params(), {"annotators.ict_remove_probability": None}))
-    assert lines == ["params `annotators.ict_remove_probability` is missing"]
+    lines = problems(with_values(repo_params(), {"baselines.ict_remove_probability": None}))
+    assert lines == ["params `baselines.ict_remove_probability` is missing"]
 
 
 def test_run_stage_prints_each_problem_as_one_error_line_and_exits_1(tmp_path, capsys):
@@ -157,21 +157,21 @@ def test_global_batch_must_split_evenly_over_devices():
 
 
 def test_annotator_options_are_read_into_their_config():
-    options = config_with({"annotators": {"neighbour_window": 4, "text_cutoff_rate": 0.3}}).annotators
+    options = config_with({"baselines": {"neighbour_window": 4, "text_cutoff_rate": 0.3}}).baselines
     assert options.neighbour_window == 4 and options.text_cutoff_rate == 0.3
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("neighbour_window", 0, "params `annotators.neighbour_window` must be an integer >= 1, got 0"),
-    ("neighbour_window", 1.5, "`annotators.neighbour_window` must be an integer >= 1, got 1.5"),
-    ("mirror_span_chars", -2, "`annotators.mirror_span_chars` must be an integer >= 1, got -2"),
-    ("ict_context_sentences", 0, "`annotators.ict_context_sentences` must be an integer >= 1, got 0"),
-    ("ict_remove_probability", 1.5, "`annotators.ict_remove_probability` must be a number in [0, 1], got 1.5"),
-    ("text_cutoff_rate", -0.1, "`annotators.text_cutoff_rate` must be a number in [0, 1], got -0.1"),
-    ("text_cutoff_rate", True, "`annotators.text_cutoff_rate` must be a number in [0, 1], got True"),
+    ("neighbour_window", 0, "params `baselines.neighbour_window` must be an integer >= 1, got 0"),
+    ("neighbour_window", 1.5, "`baselines.neighbour_window` must be an integer >= 1, got 1.5"),
+    ("mirror_span_chars", -2, "`baselines.mirror_span_chars` must be an integer >= 1, got -2"),
+    ("ict_context_sentences", 0, "`baselines.ict_context_sentences` must be an integer >= 1, got 0"),
+    ("ict_remove_probability", 1.5, "`baselines.ict_remove_probability` must be a number in [0, 1], got 1.5"),
+    ("text_cutoff_rate", -0.1, "`baselines.text_cutoff_rate` must be a number in [0, 1], got -0.1"),
+    ("text_cutoff_rate", True, "`baselines.text_cutoff_rate` must be a number in [0, 1], got True"),
 ])
 def test_bad_annotator_options_are_one_line(key, value, message):
-    lines = problems(with_values(repo_params(), {f"annotators.{key}": value}))
+    lines = problems(with_values(repo_params(), {f"baselines.{key}": value}))
     assert len(lines) == 1 and message in lines[0], lines
 
 
@@ -184,6 +184,23 @@ def test_bad_annotator_options_are_one_line(key, value, message):
 def test_bad_init_methods_are_one_line(value, message):
     lines = problems(with_values(repo_params(), {"init.method": value}))
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize("old, new", [("annotators", "baselines"), ("idc.first_round_annotator", "idc.first_round_model")])
+def test_a_renamed_param_is_one_line_naming_its_new_name(old, new):
+    """A params.yaml from before the rename: one line, not one per key the new name lacks."""
+    raw = repo_params()
+    *parents, last = new.split(".")
+    node = raw
+    for part in parents:
+        node = node[part]
+    value = node.pop(last)
+    *old_parents, old_last = old.split(".")
+    node = raw
+    for part in old_parents:
+        node = node[part]
+    node[old_last] = value
+    assert problems(raw) == [f"params `{old}` is now `{new}`: rename it (docs/parameters.md)"]
 
 
 def test_engine_defaults_to_local_and_rejects_bad_values():

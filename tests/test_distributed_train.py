@@ -23,7 +23,7 @@ from test_train import check_batches, dropped, tiny_pairs
 from infocse.config import parse_config
 from infocse.errors import StageError, run_stage
 from infocse.models import load_model
-from infocse.sampler import PrecomputedBatchSampler, document_disjoint_batches, spread_batches
+from infocse.sampler import PrecomputedBatchSampler, greedy_document_disjoint_batches, spread_batches
 from infocse.seeds import derived_seed
 from infocse.training import train_at_length, train_on_pairs
 from stages.train import main
@@ -56,7 +56,7 @@ def test_rank_slices_partition_each_global_batch(sampler, devices, seed):
     batch_size = 8
     rng = np.random.default_rng(seed)
     doc_codes = rng.choice(25, size=300, p=np.r_[0.3, np.full(24, 0.7 / 24)])
-    batching = {"greedy": document_disjoint_batches, "spread": spread_batches}[sampler]
+    batching = {"greedy": greedy_document_disjoint_batches, "spread": spread_batches}[sampler]
     batches = batching(doc_codes, batch_size, seed, multiple_of=devices)
     check_batches(batches, doc_codes, batch_size)
     assert all(len(batch) % devices == 0 for batch in batches)
@@ -75,8 +75,8 @@ def test_rank_slices_partition_each_global_batch(sampler, devices, seed):
 def test_one_device_batches_are_unchanged():
     """multiple_of=1 (one device) is the original batching, and the sampler yields it as is."""
     doc_codes = np.random.default_rng(0).integers(0, 20, size=200)
-    batches = document_disjoint_batches(doc_codes, 8, 0)
-    assert document_disjoint_batches(doc_codes, 8, 0, multiple_of=1) == batches
+    batches = greedy_document_disjoint_batches(doc_codes, 8, 0)
+    assert greedy_document_disjoint_batches(doc_codes, 8, 0, multiple_of=1) == batches
     sampler = PrecomputedBatchSampler(range(200), batch_size=8, drop_last=False, batches=batches)
     assert list(sampler) == batches and len(sampler) == len(batches) and sampler.batch_size == 8
 
@@ -85,7 +85,7 @@ def test_hand_worked_batches_for_two_devices():
     """Documents 0,0,0,1,2: batch size 4 on two devices -> the first batch {0,1,2} is cut to two pairs,
     the third waits; then pairs of document 0 alone remain, which cannot form a batch."""
     doc_codes = np.array([0, 0, 0, 1, 2])
-    batches = document_disjoint_batches(doc_codes, 4, 0, multiple_of=2)
+    batches = greedy_document_disjoint_batches(doc_codes, 4, 0, multiple_of=2)
     assert all(len(batch) == 2 for batch in batches)
     check_batches(batches, doc_codes, 4)
     used = [index for batch in batches for index in batch]

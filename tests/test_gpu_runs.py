@@ -64,7 +64,7 @@ def record(name: str, code: dict, **extra) -> dict:
     params = copy.deepcopy(yaml.safe_load((REPO / "params.yaml").read_text()))
     params.update(seed_model=gpu_runs.SEED_MODEL_FOLDER, device="cuda")
     return {"name": name, "params": params, "code_md5": code, "versions": {"device": "NVIDIA H200"},
-            "stage_seconds": {"initialize": 1.0}, "wall_seconds": 9.0, "finished_at": "2030-01-01T00:00:00+00:00",
+            "stage_seconds": {"init": 1.0}, "wall_seconds": 9.0, "finished_at": "2030-01-01T00:00:00+00:00",
             "metrics": {"metrics/iterations/iter-0/retrieval.json": retrieval, "metrics/best.json": {"iteration": 0}},
             **extra}
 
@@ -137,7 +137,7 @@ def test_the_gpu_plan_runs_the_study_plans_sets_to_their_targets(tmp_path, monke
             gpu_runs.set_dotted(params, key, value)
         commands = gpu_runs.stage_commands(tmp_path, params, *run["targets"])
         ends[set_name] = (commands[-1], any(c.startswith("python -m stages.finetune") for c in commands))
-    assert ends == {"main": ("python -m stages.select_best", False), "fewshot": ("python -m stages.select_plusplus", True)}
+    assert ends == {"main": ("python -m stages.select", False), "fewshot": ("python -m stages.select_plusplus", True)}
 
 
 def test_seed_model_here_is_the_published_weights_rounded_to_fp16_in_fp32(tmp_path):

@@ -158,15 +158,15 @@ def test_stopping_and_selection_follow_val_where_test_disagrees(crafted_project,
     """val MRR@10 0.75 -> 1.0 -> 0.5 and test 0.75 -> 0.5 -> 1.0: by val, iteration 1 is best and
     iteration 2 the one that stops the loop; by test, the loop would stop after 1 and keep 0, or
     select 2."""
-    import stages.select_best
+    import stages.select
 
     states = [run_evaluate(t, monkeypatch) for t in GOOD]
     assert [s["val"]["mrr@10"] for s in states] == [0.75, 1.0, 0.5]
     assert [s["test"]["mrr@10"] for s in states] == [0.75, 0.5, 1.0]
     assert [(s["best_iteration"], s["since_best"], s["continue"]) for s in states] == [
         (0, 0, True), (1, 0, True), (1, 1, False)]
-    monkeypatch.setattr(sys, "argv", ["select_best"])
-    run_stage(stages.select_best.main)
+    monkeypatch.setattr(sys, "argv", ["select"])
+    run_stage(stages.select.main)
     best = json.loads(Path("metrics/best.json").read_text())
     assert best["iteration"] == 1 and Path("models/best/weights.txt").read_text() == "iter-1"
     assert best["val"]["mrr@10"] == 1.0 and best["test"]["mrr@10"] == 0.5
@@ -183,7 +183,7 @@ def test_the_loop_stops_and_selects_on_the_validation_set_the_param_names(crafte
     """val MRR@10 0.75 -> 1.0 -> 0.5, but over the few-shot pool and val together 0.875 -> 0.875 (f2
     falls from rank 1 to 2 as v2 rises): by val, iteration 1 is a gain and is selected; by few-shot
     pool + val it is not (a gain must be strictly higher), the loop stops after it and keeps 0."""
-    import stages.select_best
+    import stages.select
 
     params = yaml.safe_load(Path("params.yaml").read_text())
     params["loop"]["validate_on"] = validate_on
@@ -194,8 +194,8 @@ def test_the_loop_stops_and_selects_on_the_validation_set_the_param_names(crafte
     assert [s["fewshot"]["mrr@10"] for s in states[:2]] == [1.0, 0.75]
     assert states[0]["validation_queries"] == {"val": 2, "fewshot+val": 4}[validate_on]
     assert [s["validation"]["mrr@10"] for s in states[:2]] == {"val": [0.75, 1.0], "fewshot+val": [0.875, 0.875]}[validate_on]
-    monkeypatch.setattr(sys, "argv", ["select_best"])
-    run_stage(stages.select_best.main)
+    monkeypatch.setattr(sys, "argv", ["select"])
+    run_stage(stages.select.main)
     best = json.loads(Path("metrics/best.json").read_text())
     assert best["iteration"] == selected and Path("models/best/weights.txt").read_text() == f"iter-{selected}"
     assert best["validate_on"] == validate_on and best["validation_queries"] == states[0]["validation_queries"]

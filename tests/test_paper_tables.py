@@ -309,7 +309,7 @@ def test_a_verdict_is_read_at_the_preset_seeds_and_later_seeds_are_a_follow_up()
     it at n = 5: the verdict stays "not shown", and the n = 5 interval is shown beside it, labelled."""
     runs = [infocse_run(seed, 0.5, 0.6) for seed in range(5)]
     runs += [make_run(f"sbert-s{seed}", seed, "none", [state(0.5), state(0.6 + gain)], best=1,
-                      idc={"first_round_annotator": paper.LARGER_MODEL})
+                      idc={"first_round_model": paper.LARGER_MODEL})
              for seed, gain in enumerate([0.0, 0.03, 0.06, 0.03, 0.03])]
     line = claim_row(paper.render(runs), "The SBERT annotator", "BBC News")
     preset, everything = t_interval([0.0, 0.03, 0.06]), t_interval([0.0, 0.03, 0.06, 0.03, 0.03])

