@@ -53,11 +53,11 @@ from pathlib import Path
 import yaml
 
 from study.gpu_bundle import SIZE_LIMIT
-from study.plan import expand, load_plan
+from study.plan import GPU_SEED_MODEL, expand, load_plan
 from study.plan import tagged as plan_tagged
 
 BUNDLE = Path("gpu-bundle")
-SEED_MODEL_FOLDER = "all-MiniLM-L6-v2-fp16"
+SEED_MODEL_FOLDER = GPU_SEED_MODEL
 CODE_GLOBS = ("stages/*.py", "infocse/**/*.py", "dvc.yaml")
 FP32 = {"precision": "fp32"}
 SOURCE = "gpu stage runner"

@@ -39,7 +39,7 @@ from study import compare_fewshot as few_shot
 from study.compare_experiments import (BASELINE_NAMES, NEIGHBOURS, REFERENCE, RUNS_DIR, SEED_MODEL,
                                          TEXT_SHUFFLE_CUTOFF, canonical, infocse_label, iteration_metrics,
                                          load_runs, mean_sd)
-from study.gpu_runs import SEED_MODEL_FOLDER as GPU_SEED_MODEL
+from study.plan import GPU_SEED_MODEL
 
 REPORT = Path("study/reports/paper_tables.md")
 PLOT = Path("study/reports/paper_tables.png")
