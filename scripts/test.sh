@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 . .venv/bin/activate
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-HF_HUB_OFFLINE=1 python -m pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
+HF_HUB_OFFLINE=1 python -m pytest -q -n "${TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"

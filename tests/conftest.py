@@ -104,9 +104,10 @@ def tiny_corpus_jsonl(tmp_path) -> Path:
 
 
 # ---------------------------------------------------------------- the tiny end-to-end project
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built_project(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[str]]:
-    """One full tiny run per test module that asks for it; tests copy it and change one thing."""
+    """One full tiny run per test process (each pytest-xdist worker builds its own): tests read it,
+    or copy it (`project`) and change one thing; never change it in place."""
     from pipeline_helpers import make_project, repro
     from pipeline_project import tiny_overrides
 

@@ -74,8 +74,9 @@ class CiRuns:
 def ci_runs(built_project, tmp_path_factory) -> CiRuns:
     """Clone A (the tiny project after its `dvc repro`, committed as the base branch) pushes with the
     script; clone B, fresh, runs it, then a late change on a branch; clone C, fresh, runs that branch."""
-    origin = built_project[0]
     root = tmp_path_factory.mktemp("ci")
+    origin = root / "origin"  # a copy: built_project is shared with other modules, and this one commits to it
+    shutil.copytree(built_project[0], origin, symlinks=True)
     remote = root / "remote"
     (origin / "scripts").mkdir(exist_ok=True)
     shutil.copy(REPO / SCRIPT, origin / SCRIPT)

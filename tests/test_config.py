@@ -252,3 +252,38 @@ def test_plusplus_round_chain_in_order_and_may_be_empty():
     rounds = {"3": {"prev": "round-2"}, "2": {"prev": "best"}}
     assert config_with({"plusplus": {"rounds": rounds}}).plusplus.rounds == {2: "best", 3: "round-2"}
     assert config_with({"plusplus": {"rounds": {}}}).plusplus.rounds == {}
+
+
+def documented_params() -> set[str]:
+    """The keys docs/parameters.md's table names: a row's first cell, where a bare name after a
+    dotted one is in its section (`train.batch_size`, `epochs`), `a.*` covers a section and
+    `split.fewshot/val/test` three keys."""
+    names = set()
+    for line in (REPO / "docs/parameters.md").read_text().splitlines():
+        if not line.startswith("| `"):
+            continue
+        section = ""
+        for name in line.split("|")[1].split("`")[1::2]:
+            if "." in name:
+                section = name.rsplit(".", 1)[0] + "."
+                head, tail = name.rsplit(".", 1)
+                names.update(f"{head}.{part}" for part in tail.split("/"))
+            else:
+                names.add(section + name)
+    return names
+
+
+def test_docs_parameters_names_every_param_and_only_params():
+    """Each key of params.yaml has a row in docs/parameters.md, and each row names a key it has."""
+    def flat(node: dict, prefix: str = "") -> set[str]:
+        keys = set()
+        for key, value in node.items():
+            whole = f"{prefix}{key}" in ("iterations", "plusplus.rounds")  # documented as a whole
+            keys |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) and not whole else {f"{prefix}{key}"}
+        return keys
+
+    params, documented = flat(repo_params()), documented_params()
+    sections = {name[:-1] for name in documented if name.endswith(".*")}
+    covered = {key for key in params if key in documented or key.rsplit(".", 1)[0] + "." in sections}
+    assert params - covered == set()
+    assert {name for name in documented if not name.endswith(".*")} - params == set()
