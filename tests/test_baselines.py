@@ -270,7 +270,7 @@ def test_unknown_annotator_is_a_stage_error(small):
         annotate("bert", small, OPTIONS, seed=0)
 
 
-def test_annotator_pairs_are_capped_by_the_shared_budget(small):
+def test_baseline_pairs_are_capped_by_the_shared_budget(small):
     """Neighbour pairs at window 2 mine 5 pairs in doc a and 3 in doc c; two per document keeps 2 + 2, a
     subset of the candidates, with statistics of the kept pairs and the count mined."""
     candidates = annotate("neighbours", small, OPTIONS, seed=0)

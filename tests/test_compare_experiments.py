@@ -71,7 +71,7 @@ def test_a_loop_run_gives_a_seed_row_and_the_chosen_model():
     assert infocse["curve"] == [(0, 0.5), (1, 0.6), (2, 0.55)]
 
 
-def test_a_baseline_run_is_one_row_named_after_its_annotator():
+def test_a_baseline_run_is_one_row_named_after_its_method():
     rows = compare.run_rows(make_run("r", 1, "neighbours", [state(0.65), state(0, stopped=True)], best=0,
                                      loop={"max_iterations": 0}))
     assert [row["method"] for row in rows] == ["neighbour pairs (CONPONO-style)"]

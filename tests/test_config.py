@@ -156,7 +156,7 @@ def test_global_batch_must_split_evenly_over_devices():
     assert config_with({"train": {"batch_size": 6, "devices": 2}}).train.devices == 2
 
 
-def test_annotator_options_are_read_into_their_config():
+def test_baseline_options_are_read_into_their_config():
     options = config_with({"baselines": {"neighbour_window": 4, "text_cutoff_rate": 0.3}}).baselines
     assert options.neighbour_window == 4 and options.text_cutoff_rate == 0.3
 
@@ -170,7 +170,7 @@ def test_annotator_options_are_read_into_their_config():
     ("text_cutoff_rate", -0.1, "`baselines.text_cutoff_rate` must be a number in [0, 1], got -0.1"),
     ("text_cutoff_rate", True, "`baselines.text_cutoff_rate` must be a number in [0, 1], got True"),
 ])
-def test_bad_annotator_options_are_one_line(key, value, message):
+def test_bad_baseline_options_are_one_line(key, value, message):
     lines = problems(with_values(repo_params(), {f"baselines.{key}": value}))
     assert len(lines) == 1 and message in lines[0], lines
 

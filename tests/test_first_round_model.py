@@ -87,7 +87,7 @@ def test_current_writes_a_marker_and_a_folder_is_copied_as_a_model(tiny_model_di
     assert SentenceTransformer(str(tmp_path / "copy"), device="cpu").encode(["a goal"]).shape == (1, 32)
 
 
-def test_the_stage_writes_the_configured_annotator(tiny_model_dir, tmp_path, monkeypatch, one_torch_thread):
+def test_the_stage_writes_the_configured_first_round_model(tiny_model_dir, tmp_path, monkeypatch, one_torch_thread):
     """stages/first_round_model.py reads `idc.first_round_model` and writes models/first_round_model."""
     from stages import first_round_model
 

@@ -43,7 +43,7 @@ def test_no_gain_stops_early_and_later_iterations_do_no_work(project):
     assert json.loads((project / "metrics/best.json").read_text())["iteration"] == 0
 
 
-def test_first_round_annotator_mines_round_one_while_f0_is_trained(project, tmp_path):
+def test_first_round_model_mines_round_one_while_f0_is_trained(project, tmp_path):
     """With another model as round-1 annotator, embed@1 holds that model's embeddings, and
     train@1 still starts from f_0 (the first embedding is not f_0's)."""
     from conftest import build_tiny_model
