@@ -28,7 +28,6 @@ from infocse.pairs import cap_pairs, checked_document_codes, document_codes, doc
     pair_table_statistics
 from infocse.seeds import child_seed
 
-BASELINES = BASELINES
 MIRROR_MIN_CHARS = 30  # Mirror-BERT leaves a sentence shorter than this whole (its `erase_and_mask`)
 
 
@@ -135,7 +134,7 @@ def annotate(method: str, sentences: pd.DataFrame, options: BaselineOptions, see
         return ict_pairs(sentences, options.ict_context_sentences, options.ict_remove_probability, seed)
     if method == "neighbours":
         return neighbour_pairs(sentences, options.neighbour_window)
-    raise StageError(f"unknown annotator {method!r}: expected one of {', '.join(BASELINES)}")
+    raise StageError(f"unknown baseline {method!r}: expected one of {', '.join(BASELINES)}")
 
 
 def baseline_pairs(method: str, sentences: pd.DataFrame, options: BaselineOptions, budget: Budget, seed: int,

@@ -265,8 +265,8 @@ def test_annotate_reads_only_its_own_options(small):
     pd.testing.assert_frame_equal(annotate("simcse", small, others, seed=0), annotate("simcse", small, OPTIONS, seed=0))
 
 
-def test_unknown_annotator_is_a_stage_error(small):
-    with pytest.raises(StageError, match="unknown annotator 'bert'"):
+def test_unknown_baseline_is_a_stage_error(small):
+    with pytest.raises(StageError, match="unknown baseline 'bert'"):
         annotate("bert", small, OPTIONS, seed=0)
 
 
