@@ -51,6 +51,16 @@ def test_the_verdict_follows_the_rule_stated_before_the_runs(tmp_path, worse_in_
         assert "-0.007 [" in text  # man pages R@1: (-0.10 + 0.04 + 0.04) / 3
 
 
+def test_one_complete_setting_that_is_worse_decides_before_the_others_are_in(tmp_path):
+    """The rule needs every setting >= 0: one complete setting below 0 keeps `val` whatever the
+    missing runs would give."""
+    for seed in selection_rules.SEEDS:
+        write_run(tmp_path, f"bbc-validate-s{seed}", [state(0.5, 0.5, 0.30, 0.40), state(0.4, 0.6, 0.28, 0.45)])
+    text = selection_rules.report(selection_rules.selection_table(tmp_path))
+    verdict = next(line for line in text.splitlines() if line.startswith("**Verdict:**"))
+    assert "whatever the other runs give, the default stays `val`" in verdict and "BBC News" in verdict
+
+
 def test_missing_runs_keep_the_default(tmp_path):
     write_run(tmp_path, "bbc-validate-s0", [state(0.5, 0.5, 0.3, 0.4), state(0.6, 0.6, 0.35, 0.45)])
     text = selection_rules.report(selection_rules.selection_table(tmp_path))
