@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import platform
 import time
 
@@ -112,7 +111,7 @@ def main() -> None:
                                                                                        precision))[0],
             **({"train": lambda precision: train_rate(model, pairs, config, precision)} if cpu_has_bf16() else {}),
             "evaluate": lambda precision: timed(lambda: score_model(
-                model, documents, dataclasses.replace(config.evaluate, precision=precision)))[0],
+                model, documents, config.evaluate.model_copy(update=dict(precision=precision))))[0],
         }
         for name, measure in work.items():
             results = {"fp32": [], "bf16": []}
@@ -140,7 +139,7 @@ def train_rate(model, pairs, config, precision) -> float:
     """Pairs/s of one training pass of the stage's trainer on a fresh copy of `model`."""
     from infocse.training import train_at_length
 
-    training = dataclasses.replace(config.train, precision=precision)
+    training = config.train.model_copy(update=dict(precision=precision))
     fresh = copy.deepcopy(model)
     seconds, stats = timed(lambda: train_at_length(fresh, pairs, training, 0, "cpu"))
     return stats["pairs_used"] / seconds

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import functools
 import json
 import os
@@ -86,8 +85,9 @@ def corpus_tables(args, config):
     else:  # prepare a sample of the configured corpus here (needs what the prepare stage needs)
         from infocse.corpora.build import prepare_corpus
 
-        corpus = dataclasses.replace(config.corpus, max_documents=args.sizes["documents"] or config.corpus.max_documents)
-        documents, sentences, _ = prepare_corpus(dataclasses.replace(config, corpus=corpus))
+        corpus = config.corpus.model_copy(
+            update=dict(max_documents=args.sizes["documents"] or config.corpus.max_documents))
+        documents, sentences, _ = prepare_corpus(config.model_copy(update=dict(corpus=corpus)))
         source = f"{config.corpus.source} (prepared here)"
     if args.sizes["documents"]:
         counts = sentences.groupby("doc_id").size()
@@ -104,15 +104,15 @@ def benchmark_config(args):
     from infocse.config import load_config
 
     config = load_config()
-    config = dataclasses.replace(config, seed=args.seed)
+    config = config.model_copy(update=dict(seed=args.seed))
     if args.smoke:
         sizes = args.sizes
-        config = dataclasses.replace(
-            config,
-            embed=dataclasses.replace(config.embed, max_seq_length=sizes["embed_length"]),
-            evaluate=dataclasses.replace(config.evaluate, max_seq_length=sizes["evaluate_length"], batch_size=16),
-            train=dataclasses.replace(config.train, max_seq_length=sizes["train_length"], batch_size=sizes["train_batch"]),
-            budget=dataclasses.replace(config.budget, max_pairs=sizes["train_pairs"]))
+        config = config.model_copy(update=dict(
+            embed=config.embed.model_copy(update=dict(max_seq_length=sizes["embed_length"])),
+            evaluate=config.evaluate.model_copy(update=dict(max_seq_length=sizes["evaluate_length"], batch_size=16)),
+            train=config.train.model_copy(update=dict(max_seq_length=sizes["train_length"],
+                                                      batch_size=sizes["train_batch"])),
+            budget=config.budget.model_copy(update=dict(max_pairs=sizes["train_pairs"]))))
     return config
 
 
@@ -264,8 +264,8 @@ def train_section(model_folder: str, pairs, config, device: str, fast_precision:
     from infocse.training import train_at_length
 
     fast = training_precision(device, fast_precision)
-    fp32_training = dataclasses.replace(config.train, precision="fp32")
-    fast_training = dataclasses.replace(config.train, precision=fast_precision)
+    fp32_training = config.train.model_copy(update=dict(precision="fp32"))
+    fast_training = config.train.model_copy(update=dict(precision=fast_precision))
 
     def stage(training):
         return lambda model, _: train_at_length(model, pairs, training, config.seed, device)["pairs_used"]
@@ -344,7 +344,8 @@ def pair_overlap(config, sentences, embeddings: dict) -> dict:
         pairs = cluster_sentences(config.idc, budget, config.seed, sentences, vectors)[0]
         return set(zip(pairs["sentence_a"].tolist(), pairs["sentence_b"].tolist()))
 
-    mined = {name: pair_set(vectors, Budget(None, None)) for name, vectors in embeddings.items()}
+    no_cap = Budget(max_pairs_per_document=None, max_pairs=None)
+    mined = {name: pair_set(vectors, no_cap) for name, vectors in embeddings.items()}
     capped = {name: pair_set(vectors, config.budget) for name, vectors in embeddings.items()}
     neighbours = {name: nearest_in_document(vectors, sentences["doc_id"].to_numpy())
                   for name, vectors in embeddings.items()}
@@ -379,7 +380,9 @@ def one_iteration(model_folder: str, config, sentences, documents, device: str, 
     from infocse.loop import run_loop
     from infocse.models import load_model
 
-    replace = dataclasses.replace
+    def replace(model, **changes):
+        return model.model_copy(update=changes)
+
     if fast:
         config = replace(config, precision=encode_precision,
                          embed=replace(config.embed, precision=encode_precision, batch_size=None),
@@ -590,7 +593,7 @@ def main() -> None:
 
             model = load_model(model_folder, device, config.embed.max_seq_length)
             embeddings["fp32"] = embed_sentences(model, texts, config.embed.batch_size, False, "fp32")
-        budget = dataclasses.replace(config.budget, max_pairs=args.sizes["train_pairs"])
+        budget = config.budget.model_copy(update=dict(max_pairs=args.sizes["train_pairs"]))
         pairs, _ = cluster_sentences(config.idc, budget, config.seed, sentences, embeddings["fp32"])
         return train_section(model_folder, pairs, config, device, args.train_precision, args.sizes["ceiling_steps"])
 

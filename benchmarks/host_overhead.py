@@ -87,12 +87,11 @@ def tiny_model(source: str):
 
 
 def training_steps(source: str, texts: list[str], steps: int, rounds: int) -> list[str]:
-    import dataclasses
 
     from infocse.config import load_config
     from infocse.training import contrastive_loss, train_on_pairs
 
-    train = dataclasses.replace(load_config().train, epochs=1)
+    train = load_config().train.model_copy(update=dict(epochs=1))
     count = 2 * steps * train.batch_size
     pairs = pd.DataFrame({"doc_id": np.arange(count), "text_a": texts[:count], "text_b": texts[count:2 * count]})
 

@@ -14,7 +14,6 @@ for the clustering alone (`idc_seconds`), and whether ray's pair table equals lo
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import platform
 import tempfile
@@ -35,8 +34,8 @@ from infocse.io import write_parquet
 def pipeline_config() -> Config:
     """params.yaml with the pipeline's default IDC (partition, K = 1) and pair budget."""
     config = load_config()
-    return dataclasses.replace(config, seed=0, budget=Budget(20, 2560),
-                               idc=dataclasses.replace(config.idc, method="partition", k=1))
+    return config.model_copy(update=dict(seed=0, budget=Budget(max_pairs_per_document=20, max_pairs=2560),
+                               idc=config.idc.model_copy(update=dict(method="partition", k=1))))
 
 
 def write_inputs(folder: Path, n_sentences: int) -> tuple[Path, Path]:
@@ -86,7 +85,8 @@ def main() -> None:
         reference, *_ = run_local(config, sentences_path, embeddings_path)
         local_rate = report("local", n, [run_local(config, sentences_path, embeddings_path)[1:]
                                          for _ in range(args.rounds)])
-        config = dataclasses.replace(config, engine=EngineConfig("ray", None, args.partition_sentences, None))
+        engine = EngineConfig(name="ray", partition_sentences=args.partition_sentences)
+        config = config.model_copy(update=dict(engine=engine))
         for workers in (1, 2):
             ray.init(address="local", num_cpus=workers, include_dashboard=False)
             try:

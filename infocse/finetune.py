@@ -19,7 +19,7 @@ def finetune(model, labels: pd.DataFrame, config: Config, device: str, round_num
     """Train `model` in place on the labelled pairs at `finetune.max_seq_length`; InfoCSE++'s
     round `round_number` draws its own batch order; `live` logs it as phase `finetune`."""
     pairs = pd.DataFrame({"doc_id": labels["pair_id"], "text_a": labels["query"], "text_b": labels["positive"]})
-    training = config.finetune.training
+    training = config.finetune
     with sequence_length(model, training.max_seq_length):
         stats = train_on_pairs(model, pairs, training, derived_seed(config.seed, "finetune", 0, round_number), device,
                                label=f"fine-tuning (round {round_number})", live=live, phase="finetune")

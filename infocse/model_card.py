@@ -46,7 +46,7 @@ def model_card(config: Config, training: TrainingConfig, title: str, how: str, c
         front["base_model"] = hub_id(config.seed_model)
     train = training
     params = {"seed_model": config.seed_model, "corpus": config.corpus.source, "seed": config.seed,
-              "precision": config.precision, "init.method": config.init_method, "idc.method": config.idc.method,
+              "precision": config.precision, "init.method": config.init.method, "idc.method": config.idc.method,
               "idc.k": config.idc.k, "budget.max_pairs": config.budget.max_pairs or "all",
               "budget.max_pairs_per_document": config.budget.max_pairs_per_document or "all"}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {title}", "", how, "",

@@ -27,7 +27,7 @@ from infocse.training import train_at_length
 
 def main() -> None:
     config = load_config()
-    method = config.init_method
+    method = config.init.method
     paths = IterationPaths(0)
     started = time.perf_counter()
     device = stage_device(config)  # a bad device or precision fails here, before any model loads

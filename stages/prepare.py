@@ -24,7 +24,7 @@ def main() -> None:
     elif val_queries == 0:
         val_documents = int((documents["split"] == "val").sum())
         why = (f"none of the {val_documents} val documents has a title" if val_documents else
-               f"params `split.val` ({config.split['val']} of each category, rounded) gives no val documents")
+               f"params `split.val` ({config.split.val} of each category, rounded) gives no val documents")
         print(f"note: 0 val queries ({why}): no validation is possible, so nothing stops the loop early and "
               "the last iteration is kept; raise `split.val` or add documents to each category")
     write_parquet(sentences, SENTENCES)

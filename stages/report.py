@@ -243,7 +243,8 @@ def headline_lines(states: dict[int, dict], best: int, deltas: dict, metric: str
     elif r1 and mrr:
         lines.append(f"Against the seed model on {r1['queries']:,} test queries: R@1 {interval_text(r1)}, MRR@10 "
                      f"{interval_text(mrr)}")
-        lines.append(f"(mean per-query difference, paired bootstrap 95%, {config.bootstrap_samples:,} resamples).")
+        samples = config.report.bootstrap_samples
+        lines.append(f"(mean per-query difference, paired bootstrap 95%, {samples:,} resamples).")
         above, below = any(d["low"] > 0 for d in (r1, mrr)), any(d["high"] < 0 for d in (r1, mrr))
         lines.append("This run cannot tell the chosen model from the seed model on test: both intervals contain 0."
                      if not (above or below) else
@@ -286,7 +287,7 @@ def main() -> None:
     write_json(SUMMARY, headline(states, best))
 
     active = [t for t, state in states.items() if not state["stopped"]]
-    deltas, samples, seed = {}, config.bootstrap_samples, config.seed
+    deltas, samples, seed = {}, config.report.bootstrap_samples, config.seed
     for t in active[1:]:
         for split, name in (("validation", metric), ("test", "recall@1"), ("test", "mrr@10")):
             deltas[t, split, name] = paired_delta(t, 0, splits[split], name, samples, seed)

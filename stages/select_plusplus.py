@@ -47,7 +47,7 @@ def plusplus_card(config, best: int, rounds_run: int, chosen: dict, selected_by:
            + (f", after {best - 1} more InfoCSE++ round(s) (each: InfoCSE from the fine-tuned model, then fine-tuning "
               "again)" if best > 1 else "") + f": round {best} of the {rounds_run} run, chosen by {selected_by}. "
            "The InfoCSE model itself, without labels, is `models/best`.")
-    return model_card(config, config.finetune.training,
+    return model_card(config, config.finetune,
                       f"{Path(config.seed_model).name} adapted to {config.corpus.source} by InfoCSE, fine-tuned", how,
                       read_json(CORPUS_METRICS),
                       [{"round": f"fine-tuning (round {best})", "pairs": train.get("pairs_used", 0),

@@ -20,9 +20,9 @@ evaluation): they form their own group, each run paired with its own seed-model 
 
 `run` executes the plan there: N worker processes take runs in plan order; each run gets its own
 folder (params.yaml, the prepared corpus, metrics/corpus.json) and calls every stage module in
-process, in the listed order. After each run a worker appends one JSON line to
-`$RESULTS_DIR/runs.jsonl`: params, every metrics file, stage seconds, the md5 of each code file
-it ran, and the versions of torch, transformers and sentence-transformers. A run that fails is
+process, in the listed order, the `record` stage last. After each run a worker appends one JSON line
+to `$RESULTS_DIR/runs.jsonl`: the run record (params, every metrics file), stage seconds, the md5 of
+each code file it ran, and the versions of torch, transformers and sentence-transformers. A run that fails is
 recorded with its error; a run cut off by the deadline is not recorded.
 
 `import` writes one run file per finished run (source "gpu stage runner"): `commit` is the commit
@@ -52,6 +52,7 @@ from pathlib import Path
 
 import yaml
 
+from study.export_runs import RECORDS
 from study.gpu_bundle import SIZE_LIMIT
 from study.plan import GPU_SEED_MODEL, expand, load_plan
 from study.plan import tagged as plan_tagged
@@ -279,7 +280,8 @@ def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float)
                 t0 = time.perf_counter()
                 run_stage_module(command)
                 seconds[command.removeprefix("python -m stages.")] = round(time.perf_counter() - t0, 2)
-            record["metrics"] = {str(p): json.loads(p.read_text()) for p in sorted(Path("metrics").rglob("*.json"))}
+            made = next(Path(path) for path in RECORDS if Path(path).exists())  # the pipeline's own run record
+            record.update(json.loads(made.read_text()))  # params and metrics: importing is a copy
         except Exception as error:
             traceback.print_exc()
             record["error"] = f"{type(error).__name__}: {error}"
@@ -326,10 +328,10 @@ def run(args: argparse.Namespace) -> None:
 
 
 def import_runs(args: argparse.Namespace) -> int:
-    from study.export_runs import RUNS_DIR, git_reader, md5, params_at, run_file, write_run
+    from study.export_runs import RUNS_DIR, run_file, write_run
 
     plan_commit = json.loads((args.bundle / "plan.json").read_text())["commit"]
-    facts = {}  # commit -> (md5 of each code file there, its params.yaml)
+    code_at = {}  # commit -> md5 of each code file there
     refused = 0
     for results in args.results:
         for line in Path(results).read_text(encoding="utf-8").splitlines():
@@ -339,15 +341,15 @@ def import_runs(args: argparse.Namespace) -> int:
                 continue
             ran = record["code_md5"]
             commit = record.get("commit", plan_commit)  # older records lack it: the bundle's current plan
-            if commit not in facts:
-                read, listing = git_reader(commit)
-                facts[commit] = ({path: md5(read(path)) for path in listing if is_code(path)}, params_at(commit))
-            at_commit, defaults = facts[commit]
-            differs = sorted(p for p in set(ran) | set(at_commit) if ran.get(p) != at_commit.get(p))
-            run = {**run_file(record["name"], SOURCE, commit, None, record["finished_at"], record["params"],
-                              defaults, record["metrics"]),
-                   "uncommitted_code": differs, "versions": record["versions"],
-                   "stage_seconds": record["stage_seconds"]}
+            if commit not in code_at:
+                listing = subprocess.run(["git", "ls-tree", "-r", "--name-only", commit], capture_output=True,
+                                         text=True, check=True).stdout.split()
+                code_at[commit] = {path: hashlib.md5(subprocess.run(["git", "show", f"{commit}:{path}"],
+                                   capture_output=True, check=True).stdout).hexdigest()
+                                   for path in listing if is_code(path)}
+            differs = sorted(p for p in set(ran) | set(code_at[commit]) if ran.get(p) != code_at[commit].get(p))
+            run = {**run_file(record["name"], SOURCE, commit, None, record["finished_at"], record, differs),
+                   "versions": record["versions"], "stage_seconds": record["stage_seconds"]}
             message = write_run(run, args.runs_dir or RUNS_DIR, args.force)
             refused += message.startswith("REFUSED")
             print(message)

@@ -355,6 +355,14 @@ def larger_model_rows(rows: list[dict], key: tuple) -> list[dict]:
             and r["method"] == SEED_MODEL]
 
 
+def from_larger_model(zero_groups: dict, key: tuple | None) -> list[dict]:
+    """Runs from the larger model as the seed model (InfoCSE, one round of neighbour pairs, the model as it
+    is): the group whose evaluation differs from the table's only in the seed model, at the same setting."""
+    if key is None:
+        return []
+    return zero_groups.get((key[0], canonical({**json.loads(key[1]), "seed_model": LARGER_MODEL}), key[2]), [])
+
+
 def fewshot_budgets(fewshot_groups: dict, chosen: dict) -> list[str]:
     found = {c["budget"] for key in chosen.values() for c in fewshot_groups[key]}
     return sorted(found | set(PLANNED_BUDGETS), key=few_shot.budget_order)
@@ -422,16 +430,17 @@ def table3_plusplus(fewshot_groups: dict, chosen: dict, budgets: list[str]) -> s
 
 
 def study_table(groups_by_variant: dict[tuple, list[dict]], entries: list[tuple[str, list[str | None]]],
-                columns: list[str]) -> str:
+                columns: list[str], names: dict[str, str] | None = None) -> str:
     """One row per (corpus, model): n, test R@1 and MRR@10, and test R@1 minus each reference
-    (SEED_MODEL: the seed model it was paired with; None: no comparison)."""
+    (SEED_MODEL: the seed model it was paired with; None: no comparison); `names` relabels methods."""
     records = []
     for variant, group in groups_by_variant.items():
         for method, references in entries:
             mine = of(group, method)
             intervals = [interval_cell(vs_seed_model(mine) if ref == SEED_MODEL else paired(mine, of(group, ref)))
                          if ref else "–" for ref in references]
-            records.append(score_record(variant_name(variant), method, mine, ("recall@1", "mrr@10"), intervals))
+            records.append(score_record(variant_name(variant), (names or {}).get(method, method), mine,
+                                        ("recall@1", "mrr@10"), intervals))
     return markdown_table(pd.DataFrame(records, columns=["corpus", "model", "n (seeds)", "test R@1", "test MRR@10",
                                                          *columns]))
 
@@ -490,7 +499,7 @@ def claim(text: str, corpus: str, parts: list[tuple[str, dict]], kind: str = BEA
 
 
 def zero_shot_claims(variant: tuple, group: list[dict], mixed: dict[tuple, list[dict]],
-                     unmixed: dict[tuple, list[dict]], larger: list[dict]) -> list[dict]:
+                     unmixed: dict[tuple, list[dict]], larger: list[dict], from_larger: list[dict]) -> list[dict]:
     """The diverse-topics claims read the interleaved mixes only, where neighbouring sentences come from
     different sources; in a concatenated mix they mostly do not, so it is a control, shown in its table.
     Each mix is compared with its own unmixed counterpart (`unmixed`: same seed model and splits)."""
@@ -516,6 +525,11 @@ def zero_shot_claims(variant: tuple, group: list[dict], mixed: dict[tuple, list[
               cost_parts or [(f"(InfoCSE − {NEIGHBOURS}) mixed minus unmixed", t_interval([]))]),
         claim(f"Not the paper's, a user's: InfoCSE on the seed model beats {LARGER_MODEL} used as it is", name,
               [(f"InfoCSE − {LARGER_MODEL}", paired(infocse, larger))]),
+        claim(f"Not the paper's, a user's: InfoCSE from {LARGER_MODEL} beats {LARGER_MODEL} used as it is", name,
+              [(f"InfoCSE from {LARGER_MODEL} − {LARGER_MODEL}", vs_seed_model(of(from_larger, REFERENCE)))]),
+        claim(f"Not the paper's, a user's: InfoCSE from {LARGER_MODEL} beats one round of {NEIGHBOURS} from it",
+              name, [(f"InfoCSE − {NEIGHBOURS}, both from {LARGER_MODEL}",
+                      paired(of(from_larger, REFERENCE), of(from_larger, NEIGHBOURS)))]),
     ]
 
 
@@ -681,6 +695,7 @@ def render(runs: list[dict]) -> str:
     group_of = {variant: zero_groups[chosen[variant]] if variant in chosen else [] for variant in unmixed}
     mixed = {variant: zero_groups[key] for variant, key in sorted(chosen.items()) if variant[1] > 1}
     unmixed_of = {variant: unmixed_counterpart(zero_groups, chosen[variant]) for variant in mixed}
+    from_larger = {variant: from_larger_model(zero_groups, chosen.get(variant)) for variant in unmixed}
 
     claims = []
     for variant in unmixed:
@@ -689,7 +704,7 @@ def render(runs: list[dict]) -> str:
         convergence = (iteration_items(of(zero_groups[convergence_keys[-1]], REFERENCE), runs_by_name)
                        if convergence_keys else {})
         larger = larger_model_rows(rows, chosen[variant]) if variant in chosen else []
-        claims += zero_shot_claims(variant, group_of[variant], mixed, unmixed_of, larger)
+        claims += zero_shot_claims(variant, group_of[variant], mixed, unmixed_of, larger, from_larger[variant])
         claims += fewshot_claims(variant, fewshot_groups, chosen_fs.get(variant))
         claims += study_claims(variant, group_of[variant], convergence)
     order = {text: i for i, text in enumerate(dict.fromkeys(item["claim"] for item in claims))}
@@ -744,6 +759,15 @@ def render(runs: list[dict]) -> str:
         "### SBERT annotator for round 1", "",
         study_table(group_of, [(REFERENCE, [SEED_MODEL, None]), (SBERT_ROUND1, [SEED_MODEL, REFERENCE])],
                     ["Δ R@1 vs seed model", "Δ R@1 vs InfoCSE"]), "",
+        f"### Not the paper's, a user's: InfoCSE from {LARGER_MODEL}", "",
+        f"The strongest model a user may have as the seed model: InfoCSE and one round of {NEIGHBOURS} from "
+        f"{LARGER_MODEL} (`seed_model: {LARGER_MODEL}`), each paired by seed with {LARGER_MODEL} as it is (the "
+        "same run's iteration 0); every other param at the defaults.", "",
+        study_table(from_larger, [(SEED_MODEL, [None, None]), (NEIGHBOURS, [SEED_MODEL, None]),
+                                  (REFERENCE, [SEED_MODEL, NEIGHBOURS])],
+                    [f"Δ R@1 vs {LARGER_MODEL} as it is", f"Δ R@1 vs {NEIGHBOURS} from it"],
+                    {SEED_MODEL: f"{LARGER_MODEL}, as it is", NEIGHBOURS: f"{NEIGHBOURS} from {LARGER_MODEL}",
+                     REFERENCE: f"InfoCSE from {LARGER_MODEL}"}), "",
         "### Convergence: InfoCSE iteration by iteration", "",
         "Every iteration that ran (selection still by validation); the claim reads the setting with the most "
         "iterations.", "",

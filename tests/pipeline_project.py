@@ -9,7 +9,8 @@ from pathlib import Path
 ITERATION_STAGES = ["embed@{t}", "cluster@{t}", "train@{t}", "evaluate@{t}"]
 MAIN_STAGES = ["prepare", "init", "evaluate_init", "first_round_model", *[s.format(t=1) for s in ITERATION_STAGES], "select"]
 FEWSHOT_STAGES = ["labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"]
-REPORT_STAGE = "report"  # last: the run report shows the fine-tuned models too
+REPORT_STAGE = "report"  # after fine-tuning: the run report shows the fine-tuned models too
+RECORD_STAGES = ["record", "record_fewshot"]  # last (DVC's order): the run records hold every param
 # A learning rate this small moves no weight that is not zero (and a zero one by ~1e-30): the model
 # cannot improve on val, so every stop rule must fire. Params refuse a rate of 0.
 FROZEN = 1.0e-30

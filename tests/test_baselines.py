@@ -4,7 +4,6 @@ Their options are validated with all other params (tests/test_config.py)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -261,7 +260,7 @@ def test_annotate_reads_only_its_own_options(small):
                               ict_remove_probability=0.0, ict_max_seq_length=512, neighbour_window=OPTIONS.neighbour_window)
     pd.testing.assert_frame_equal(annotate("neighbours", small, others, seed=0),
                                   annotate("neighbours", small, OPTIONS, seed=0))
-    assert len(annotate("neighbours", small, replace(OPTIONS, neighbour_window=1), seed=0)) == 5
+    assert len(annotate("neighbours", small, OPTIONS.model_copy(update=dict(neighbour_window=1)), seed=0)) == 5
     pd.testing.assert_frame_equal(annotate("simcse", small, others, seed=0), annotate("simcse", small, OPTIONS, seed=0))
 
 
@@ -282,7 +281,8 @@ def test_baseline_pairs_are_capped_by_the_shared_budget(small):
     assert stats["documents_in_pairs"] == 2
     capped, _ = baseline_pairs("neighbours", small, OPTIONS, Budget(max_pairs_per_document=None, max_pairs=3), seed=0)
     assert len(capped) == 3 and set(id_pairs(capped)) <= set(id_pairs(candidates))
-    uncapped, _ = baseline_pairs("neighbours", small, OPTIONS, Budget(None, None), seed=0)
+    no_cap = Budget(max_pairs_per_document=None, max_pairs=None)
+    uncapped, _ = baseline_pairs("neighbours", small, OPTIONS, no_cap, seed=0)
     pd.testing.assert_frame_equal(uncapped, candidates)
 
 

@@ -4,7 +4,6 @@ the straightforward materialise-then-cap reference, and hand-worked examples."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import tracemalloc
 
@@ -44,6 +43,10 @@ def oracle_edges(embeddings: np.ndarray, doc_codes: np.ndarray, k: int) -> set[t
             for j in sorted(others, key=lambda j: (-cosine[j], j))[:k]:
                 edges.add((i, j))
     return edges
+
+
+def budget(per_document, total) -> Budget:
+    return Budget(max_pairs_per_document=per_document, max_pairs=total)
 
 
 def oracle_clusters(n: int, edges: set[tuple[int, int]]) -> tuple[set[frozenset[int]], set[tuple[int, int]]]:
@@ -256,8 +259,8 @@ def test_cluster_labels_of_a_hand_made_neighbour_table():
 
 
 # ---------------------------------------------------------------- budget caps while pairs are generated
-BUDGETS = [Budget(20, 2560), Budget(3, 15), Budget(1, None), Budget(None, 7), Budget(None, None),
-           Budget(5, 100_000), Budget(1_000_000, 3)]
+BUDGETS = [budget(20, 2560), budget(3, 15), budget(1, None), budget(None, 7), budget(None, None),
+           budget(5, 100_000), budget(1_000_000, 3)]
 
 
 @pytest.mark.parametrize("corpus_seed", [0, 1, 2])
@@ -283,8 +286,8 @@ def test_budget_draws_every_pair_with_equal_chance():
     per_document = np.zeros(12)
     both = np.zeros(12)
     for seed in range(4000):
-        per_document[kept_pair_numbers(doc_pairs, Budget(3, None), seed)] += 1
-        both[kept_pair_numbers(doc_pairs, Budget(3, 4), seed)] += 1
+        per_document[kept_pair_numbers(doc_pairs, budget(3, None), seed)] += 1
+        both[kept_pair_numbers(doc_pairs, budget(3, 4), seed)] += 1
     assert np.all(np.abs(per_document[:10] / 4000 - 0.3) < 0.03) and np.all(per_document[10:] == 4000)
     assert np.all(np.abs(both[:10] / 4000 - 0.3 * 0.8) < 0.03)
     assert np.all(np.abs(both[10:] / 4000 - 0.8) < 0.03)
@@ -295,14 +298,14 @@ def test_a_huge_cluster_is_capped_without_building_its_pairs():
     """One document of 5,000 sentences in one cluster (12.5M pairs): the default caps keep 20
     distinct pairs of it while holding a few MB; each kept pair number maps to the pair of that
     number in (first, second) order, worked out by hand."""
-    n, seed, budget = 5000, 3, Budget(20, 2560)
+    n, seed, caps = 5000, 3, budget(20, 2560)
     labels, doc_codes = np.zeros(n, np.int64), np.zeros(n, np.int64)
     tracemalloc.start()
-    first, second = cluster_pairs(labels, doc_codes, budget, seed)
+    first, second = cluster_pairs(labels, doc_codes, caps, seed)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 40e6, f"{peak / 1e6:.0f} MB traced; all pairs would take {n * (n - 1) / 2 * 16 / 1e6:.0f} MB"
-    numbers = kept_pair_numbers(np.array([n * (n - 1) // 2]), budget, seed)
+    numbers = kept_pair_numbers(np.array([n * (n - 1) // 2]), caps, seed)
     assert len(numbers) == 20 and len(np.unique(numbers)) == 20
     row_starts = np.r_[0, np.cumsum(np.arange(n - 1, 0, -1))]  # pair number of (i, i + 1) in (first, second) order
     expected_first = np.searchsorted(row_starts, numbers, side="right") - 1
@@ -340,7 +343,7 @@ def test_cap_pairs_per_document(many_pairs):
     first, second, doc_codes = many_pairs
     available = np.bincount(doc_codes[first], minlength=doc_codes.max() + 1)
     assert available.max() > 5, "fixture must give documents more pairs than the cap"
-    kept = cap_pairs(doc_codes[first], Budget(5, None), seed=0)
+    kept = cap_pairs(doc_codes[first], budget(5, None), seed=0)
     assert len(np.unique(kept)) == len(kept) and kept.min() >= 0 and kept.max() < len(first)
     assert np.all(np.diff(kept) > 0)
     per_doc = np.bincount(doc_codes[first[kept]], minlength=doc_codes.max() + 1)
@@ -350,10 +353,10 @@ def test_cap_pairs_per_document(many_pairs):
 def test_cap_pairs_total_and_per_document(many_pairs):
     """Both caps hold together: <= per_doc per document and exactly `total` when more are available."""
     first, second, doc_codes = many_pairs
-    kept = cap_pairs(doc_codes[first], Budget(6, 20), seed=0)
+    kept = cap_pairs(doc_codes[first], budget(6, 20), seed=0)
     assert len(kept) == 20
     assert np.bincount(doc_codes[first[kept]]).max() <= 6
-    kept_total_only = cap_pairs(doc_codes[first], Budget(None, 17), seed=3)
+    kept_total_only = cap_pairs(doc_codes[first], budget(None, 17), seed=3)
     assert len(kept_total_only) == 17 and len(np.unique(kept_total_only)) == 17
 
 
@@ -361,17 +364,17 @@ def test_cap_pairs_seeded(many_pairs):
     """Same seed -> same pairs; another seed -> other pairs (on a case with many choices)."""
     first, second, doc_codes = many_pairs
     codes = doc_codes[first]
-    a, b, c = (cap_pairs(codes, Budget(4, 15), seed=s) for s in (0, 0, 1))
+    a, b, c = (cap_pairs(codes, budget(4, 15), seed=s) for s in (0, 0, 1))
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
-    assert not np.array_equal(cap_pairs(codes, Budget(4, None), seed=0), cap_pairs(codes, Budget(4, None), seed=1))
+    assert not np.array_equal(cap_pairs(codes, budget(4, None), seed=0), cap_pairs(codes, budget(4, None), seed=1))
 
 
 def test_cap_pairs_none_means_no_cap(many_pairs):
     """per_doc=None and total=None keep every pair, in order."""
     first, second, doc_codes = many_pairs
-    assert cap_pairs(doc_codes[first], Budget(None, None), seed=0).tolist() == list(range(len(first)))
-    assert cap_pairs(doc_codes[first], Budget(10_000, 10_000), seed=0).tolist() == list(range(len(first)))
+    assert cap_pairs(doc_codes[first], budget(None, None), seed=0).tolist() == list(range(len(first)))
+    assert cap_pairs(doc_codes[first], budget(10_000, 10_000), seed=0).tolist() == list(range(len(first)))
 
 
 # ---------------------------------------------------------------- small helpers
@@ -459,9 +462,9 @@ def test_cluster_sentences_dispatches_on_method_and_applies_the_budget():
     pairs, stats = cluster_sentences(config.idc, config.budget, config.seed, sentences, embeddings)
     assert list(pairs.columns) == PAIR_COLUMNS and len(pairs) == 6 and stats["clusters"] == 6
     assert stats["pairs_mined"] == 6 and stats["pairs"] == 6
-    capped = cluster_sentences(config.idc, Budget(1, 2), config.seed, sentences, embeddings)
+    capped = cluster_sentences(config.idc, budget(1, 2), config.seed, sentences, embeddings)
     assert len(capped[0]) == 2 and capped[1]["pairs_mined"] == 6
-    partition_config = dataclasses.replace(config.idc, method="partition", k=1)
+    partition_config = config.idc.model_copy(update=dict(method="partition", k=1))
     pairs, stats = cluster_sentences(partition_config, config.budget, config.seed, sentences, embeddings)
     assert len(pairs) == 6 and stats["clusters"] == 6  # the top-1 of each sentence is its duplicate
     with pytest.raises(StageError, match="3 embeddings for 12 sentences"):

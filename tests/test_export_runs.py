@@ -1,21 +1,20 @@
-"""study/export_runs.py: a real `dvc exp run` in a scratch project becomes a run file holding the
-run's own metrics only (the stage it did not run keeps its baseline's file, which is left out),
-lists included; exports are byte-stable and never silently replaced. The freshness rule on a
-hand-made dvc.lock."""
+"""study/export_runs.py: a real `dvc exp run` in a scratch project, whose stages end in the pipeline's
+own `record` stages (stages/record.py), becomes a run file holding that run's record: its params
+and the metrics its record stage read, never the record its baseline left behind; lists are kept;
+exports are byte-stable and never silently replaced."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from study import export_runs
 
+REPO = Path(export_runs.__file__).parents[1]
 STEP = """\
 import json, os, sys, yaml
 p = yaml.safe_load(open("params.yaml"))
@@ -42,27 +41,35 @@ stages:
     deps: [step.py, data/corpus.txt]
     params: [budget]
     metrics: [{metrics/best.json: {cache: false}}]
+  record:
+    cmd: python -m stages.record metrics/record.json metrics/corpus.json metrics/best.json
+    deps: [metrics/corpus.json, metrics/best.json]
+    params: [{params.yaml: null}]
+    metrics: [{metrics/record.json: {cache: false}}]
   finetune:
     cmd: python step.py finetune
     deps: [step.py, data/corpus.txt]
     params: [seed]
     metrics: [{metrics/finetuned/f0.json: {cache: false}}]
+  record_fewshot:
+    cmd: python -m stages.record metrics/record_fewshot.json metrics/corpus.json metrics/best.json metrics/finetuned
+    deps: [metrics/corpus.json, metrics/best.json, metrics/finetuned]
+    params: [{params.yaml: null}]
+    metrics: [{metrics/record_fewshot.json: {cache: false}}]
 """
+ENV = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "DVC_NO_ANALYTICS": "1",
+       "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
 
 def sh(*args: str, cwd: Path) -> str:
-    env_python = str(Path(sys.executable).parent)
-    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True,
-                            env={"PATH": f"{env_python}:/usr/bin:/bin", "HOME": str(cwd), "DVC_NO_ANALYTICS": "1",
-                                 "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                                 "GIT_COMMITTER_EMAIL": "t@t"})
+    result = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, env={**ENV, "HOME": str(cwd)})
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """Baseline: all three stages at seed 0. Experiment `s1`: seed 1, only `select` (and `prepare`) run."""
+    """Baseline: every stage at seed 0. Experiment `s1`: seed 1, only up to `record` (no fine-tuning)."""
     root = tmp_path_factory.mktemp("exp-project")
     (root / "step.py").write_text(STEP)
     (root / "dvc.yaml").write_text(DVC_YAML)
@@ -73,14 +80,13 @@ def project(tmp_path_factory) -> Path:
     sh(sys.executable, "-m", "dvc", "repro", "-q", cwd=root)
     sh("git", "add", "-A", cwd=root)
     sh("git", "commit", "-qm", "baseline", cwd=root)
-    sh(sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "s1", "-S", "seed=1", "select", cwd=root)
+    sh(sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "s1", "-S", "seed=1", "record", cwd=root)
     return root
 
 
 def export(root: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "study.export_runs", *args], cwd=root, capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(export_runs.__file__).parents[1]),
-                               "HOME": str(root)})
+                          env={**ENV, "HOME": str(root)})
 
 
 def test_an_experiment_becomes_a_run_file_with_its_own_metrics_only(project):
@@ -93,9 +99,8 @@ def test_an_experiment_becomes_a_run_file_with_its_own_metrics_only(project):
     assert run["params"]["budget"] == {"max_pairs": 10}
     assert run["metrics"]["metrics/best.json"] == {"iteration": 1, "pairs": 10, "curve": [1, 2]}  # the list kept
     assert run["metrics"]["metrics/corpus.json"] == {"documents": 11}
-    # finetune did not run in the experiment: its committed file is the baseline's (seed 0)
-    assert "metrics/finetuned/f0.json" not in run["metrics"]
-    assert "left out, not made by this run: metrics/finetuned/f0.json" in result.stdout
+    # finetune did not run in the experiment: its record is the baseline's (seed 0), and not this run's
+    assert "metrics/finetuned/f0.json" not in run["metrics"] and "wrote study/runs/s1.json" in result.stdout
 
 
 def test_exports_are_stable_and_never_silently_replaced(project):
@@ -119,46 +124,25 @@ def test_the_workspace_run(project):
     assert set(run["metrics"]) == {"metrics/best.json", "metrics/corpus.json"}
 
 
-def md5(text: str) -> str:
-    return hashlib.md5(text.encode()).hexdigest()
+def test_a_committed_run_gives_its_fullest_record(project):
+    """The baseline ran every stage: its record with fine-tuning is the run file, as it was made."""
+    result = export(project, "--commit", "HEAD", "base", "--no-experiments")
+    assert result.returncode == 0, result.stderr
+    run = json.loads((project / "study/runs/base.json").read_text())
+    assert run["source"] == "commit" and run["params_changed"] == {"seed": 0, "corpus.source": "bbc"}
+    assert run["metrics"]["metrics/finetuned/f0.json"] == {"test": {"recall@1": 0.5}}
+    assert run["metrics"]["metrics/corpus.json"] == {"documents": 10}
 
 
-def lock_of(code_md5: str, upstream_out: str = "aaa", downstream_dep: str = "aaa", seed: int = 0) -> dict:
-    return yaml.safe_load(f"""
-stages:
-  prepare:
-    deps: [{{path: step.py, md5: {code_md5}}}]
-    params: {{params.yaml: {{seed: {seed}}}}}
-    outs: [{{path: data/corpus.txt, md5: {upstream_out}}}]
-  select:
-    deps: [{{path: data/corpus.txt, md5: {downstream_dep}}}, {{path: models, md5: x.dir}}]
-    params: {{params.yaml: {{budget: {{max_pairs: 10}}}}}}
-    outs: [{{path: metrics/best.json, md5: bbb}}]
-""")
+def test_a_run_without_its_own_record_is_skipped(project, tmp_path):
+    """params.yaml changed after the run: no record belongs to the working tree any more."""
+    params = project / "params.yaml"
+    before = params.read_text()
+    try:
+        params.write_text(before.replace("max_pairs: 10", "max_pairs: 11"))
+        result = export(project, "--workspace", "changed", "--no-experiments")
+    finally:
+        params.write_text(before)
+    assert result.returncode == 0 and "skipped changed: no run record made with its params" in result.stdout
+    assert not (project / "study/runs/changed.json").exists()
 
-
-@pytest.mark.parametrize("lock, current", [
-    (lock_of(md5("code")), {"prepare", "select"}),
-    (lock_of(md5("code"), seed=1), set()),  # prepare ran with other params: select read stale data
-    (lock_of(md5("old code")), set()),  # prepare's code changed since it ran
-    (lock_of(md5("code"), downstream_dep="zzz"), {"prepare"}),  # select read another corpus.txt
-])
-def test_a_stage_is_current_when_params_code_and_inputs_match(lock, current):
-    files = {"step.py": b"code"}
-    params = {"seed": 0, "budget": {"max_pairs": 10}}
-    assert export_runs.current_stages(lock, params, files.get) == current
-
-
-def test_a_stale_entry_of_a_removed_stage_does_not_hide_the_current_producer():
-    """dvc.lock can keep a stage dvc.yaml dropped that wrote the same path with an older md5."""
-    lock = lock_of(md5("code"))
-    lock["stages"]["old_prepare"] = {"deps": [{"path": "gone.py", "md5": "x"}],
-                                     "outs": [{"path": "data/corpus.txt", "md5": "old"}]}
-    current = export_runs.current_stages(lock, {"seed": 0, "budget": {"max_pairs": 10}}, {"step.py": b"code"}.get)
-    assert current == {"prepare", "select", "old_prepare"}  # gone.py cannot be read: unchecked, as a directory
-
-
-def test_params_compare_across_yaml_readers():
-    assert export_runs.same_value({"lr": 5e-05, "n": [1, 2]}, {"lr": "5e-05", "n": [1, 2]})
-    assert not export_runs.same_value({"lr": 5e-05}, {"lr": "1e-4"})
-    assert not export_runs.same_value(True, 1) and not export_runs.same_value("all", 10)

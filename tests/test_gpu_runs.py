@@ -121,8 +121,8 @@ def test_import_takes_each_results_commit_from_its_record_not_the_bundles_curren
 
 def test_the_gpu_plan_runs_the_study_plans_sets_to_their_targets(tmp_path, monkeypatch):
     """The GPU runner's runs are study/plan.yaml's, named `-gpu`, and each runs the stages `dvc repro
-    --dry --force` lists for its set's targets: an unlabelled run ends at select, a few-shot run at
-    select_plusplus, after its fine-tuning."""
+    --dry --force` lists for its set's targets: an unlabelled run ends at its run record, a few-shot run
+    at the record with fine-tuning, after its fine-tuning."""
     monkeypatch.chdir(REPO)
     assert gpu_runs.gpu_name("bbc-fewshot-100-s2", "pp") == "bbc-fewshot-100-pp-gpu-s2"
     assert gpu_runs.gpu_name("man-k2-s0", "") == "man-k2-gpu-s0"
@@ -136,8 +136,9 @@ def test_the_gpu_plan_runs_the_study_plans_sets_to_their_targets(tmp_path, monke
         for key, value in run["overrides"].items():
             gpu_runs.set_dotted(params, key, value)
         commands = gpu_runs.stage_commands(tmp_path, params, *run["targets"])
-        ends[set_name] = (commands[-1], any(c.startswith("python -m stages.finetune") for c in commands))
-    assert ends == {"main": ("python -m stages.select", False), "fewshot": ("python -m stages.select_plusplus", True)}
+        ends[set_name] = (commands[-1].split()[:4], any(c.startswith("python -m stages.finetune") for c in commands))
+    assert ends == {"main": (["python", "-m", "stages.record", "metrics/record.json"], False),
+                    "fewshot": (["python", "-m", "stages.record", "metrics/record_fewshot.json"], True)}
 
 
 def test_seed_model_here_is_the_published_weights_rounded_to_fp16_in_fp32(tmp_path):

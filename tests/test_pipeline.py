@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 import yaml
 from pipeline_helpers import read_params, repro, run, update_params
-from pipeline_project import FEWSHOT_STAGES, ITERATION_STAGES, MAIN_STAGES, REPORT_STAGE, report_rows
+from pipeline_project import FEWSHOT_STAGES, ITERATION_STAGES, MAIN_STAGES, RECORD_STAGES, REPORT_STAGE, report_rows
 
 
 def test_chain_runs_and_writes_metrics(built_project):
     project, ran = built_project
-    assert ran == MAIN_STAGES + FEWSHOT_STAGES + [REPORT_STAGE], ran
+    assert ran == MAIN_STAGES + FEWSHOT_STAGES + [REPORT_STAGE] + RECORD_STAGES, ran
     state = json.loads((project / "metrics/iterations/iter-1/retrieval.json").read_text())
     assert state["val_queries"] > 0 and state["test_queries"] > 0
     assert 0.0 <= state["test"]["recall@1"] <= 1.0
@@ -35,6 +35,23 @@ def test_chain_runs_and_writes_metrics(built_project):
     rows = report_rows((project / "reports/report.md").read_text())
     assert ["0", "seed"] in [row[:2] for row in rows] and ["1", "trained"] in [row[:2] for row in rows], rows
     assert (project / "reports/run_convergence.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_run_records_hold_every_param_and_the_metrics_of_their_stages(built_project):
+    """metrics/record.json (the loop) and metrics/record_fewshot.json (with fine-tuning) are what
+    the study exports: the whole params.yaml, and each metrics file of their inputs as written."""
+    project, _ = built_project
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    loop, fewshot = (json.loads((project / f"metrics/{name}.json").read_text()) for name in RECORD_STAGES)
+    assert loop["params"] == fewshot["params"] == params
+    written = {path.relative_to(project).as_posix(): json.loads(path.read_text())
+               for path in (project / "metrics").rglob("*.json")}
+    loop_files = {path for path in written if path.startswith("metrics/iterations/")} | {
+        "metrics/best.json", "metrics/corpus.json"}
+    assert loop["metrics"] == {path: written[path] for path in loop_files}
+    fewshot_files = loop_files | {path for path in written if path.startswith("metrics/finetuned/")} | {
+        "metrics/labels.json", "metrics/plusplus.json"}
+    assert fewshot["metrics"] == {path: written[path] for path in fewshot_files}
 
 
 COMPUTING_STAGES = ("init", "evaluate_init", "embed@1", "train@1", "evaluate@1", "finetune@f0", "finetune@best",
@@ -109,8 +126,8 @@ def test_adding_an_iteration_runs_only_its_stages(project):
     params["iterations"]["2"] = {"prev": 1}
     update_params(project, {"iterations": params["iterations"]})
     ran, _ = repro(project)
-    assert ran[:5] == [*[s.format(t=2) for s in ITERATION_STAGES], "select"] and ran[-1] == "report", ran
-    assert set(ran[5:-1]) <= {"finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"}, ran
+    assert ran[:5] == [*[s.format(t=2) for s in ITERATION_STAGES], "select"] and ran[-3:] == ["report", *RECORD_STAGES]
+    assert set(ran[5:-3]) <= {"finetune@best", "plusplus@2", "plusplus@3", "select_plusplus"}, ran
 
 
 @pytest.mark.parametrize("overrides, messages, stage_output", [
@@ -176,7 +193,8 @@ def test_changing_the_label_budget_reruns_only_fine_tuning(project):
     """Labels feed fine-tuning and the InfoCSE++ rounds, never the unlabelled main loop."""
     update_params(project, {"finetune": {"labels": 3}})
     ran, _ = repro(project)
-    assert set(ran) == set(FEWSHOT_STAGES) | {REPORT_STAGE}, ran  # the report shows the fine-tuned models
+    # the report shows the fine-tuned models; the records hold every param
+    assert set(ran) == set(FEWSHOT_STAGES) | {REPORT_STAGE, *RECORD_STAGES}, ran
     assert json.loads((project / "metrics/finetuned/best.json").read_text())["labels"] == 3
 
 

@@ -206,7 +206,7 @@ def test_the_headline_says_when_validation_cannot_tell_iterations_apart():
 
     states = {t: {"stopped": False, "validation_queries": 170, "validate_on": "val", "val_metric": "mrr@10"}
               for t in (0, 1, 2)}
-    config = SimpleNamespace(bootstrap_samples=2000)
+    config = SimpleNamespace(report=SimpleNamespace(bootstrap_samples=2000))
     noise = {"mean": -0.002, "low": -0.020, "high": 0.016, "queries": 170}
     apart = {"mean": 0.040, "low": 0.010, "high": 0.070, "queries": 170}
     lines = headline_lines(states, 0, {(0, 1, "val-pair"): noise, (0, 2, "val-pair"): apart}, "mrr@10", config, {})
@@ -227,6 +227,7 @@ def test_the_headline_names_the_validation_set_the_loop_used():
     states = {t: {"stopped": False, "validation_queries": 510, "validate_on": "fewshot+val", "val_metric": "mrr@10"}
               for t in (0, 1)}
     noise = {"mean": -0.002, "low": -0.020, "high": 0.016, "queries": 510}
-    text = " ".join(headline_lines(states, 0, {(0, 1, "val-pair"): noise}, "mrr@10", SimpleNamespace(bootstrap_samples=10), {}))
+    config = SimpleNamespace(report=SimpleNamespace(bootstrap_samples=10))
+    text = " ".join(headline_lines(states, 0, {(0, 1, "val-pair"): noise}, "mrr@10", config, {}))
     assert "by validation MRR@10 (510 few-shot pool + val queries)" in text
     assert "(few-shot+val MRR@10 of 0 minus 1: -0.002 [-0.020, +0.016])" in text

@@ -4,7 +4,6 @@ model on same-document pairs (it learns, it is reproducible, it leaves no scratc
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import math
@@ -251,10 +250,10 @@ def test_spread_needs_batch_size_documents():
     assert spread_batches(np.array([], dtype=np.int64), 8, 0) == []
     pairs = pd.DataFrame({"doc_id": doc_codes.astype(str), "text_a": [f"a{i}" for i in range(len(doc_codes))],
                           "text_b": [f"b{i}" for i in range(len(doc_codes))]})
-    training = dataclasses.replace(config_with({}).train, sampler="spread", batch_size=8)
+    training = config_with({}).train.model_copy(update=dict(sampler="spread", batch_size=8))
     with pytest.raises(StageError, match="from 5 documents, fewer than the batch size 8: use sampler `greedy`"):
         training_batches(pairs, training, 0)
-    assert len(training_batches(pairs, dataclasses.replace(training, sampler="greedy"), 0)) == 4
+    assert len(training_batches(pairs, training.model_copy(update=dict(sampler="greedy")), 0)) == 4
 
 
 def test_training_batches_follow_the_sampler_param():
@@ -269,7 +268,7 @@ def test_training_batches_follow_the_sampler_param():
     texts = text_codes(pairs)
     assert training_batches(pairs, default, 3) == (greedy_document_disjoint_batches(codes, 16, 3, text_codes=texts)
                                                    + greedy_document_disjoint_batches(codes, 16, 4, text_codes=texts))
-    spread = dataclasses.replace(default, sampler="spread", devices=2)
+    spread = default.model_copy(update=dict(sampler="spread", devices=2))
     assert training_batches(pairs, spread, 3) == (spread_batches(codes, 16, 3, multiple_of=2, text_codes=texts)
                                                   + spread_batches(codes, 16, 4, multiple_of=2, text_codes=texts))
 
@@ -394,7 +393,7 @@ def test_live_curves_keep_no_phase_of_an_earlier_run(tmp_path):
 def test_training_is_deterministic(tiny_model_dir, tmp_path):
     """Two runs from the same weights with the same seed end with identical weights (that moved)."""
     pairs, _ = tiny_pairs()
-    train = dataclasses.replace(TRAIN, epochs=1)
+    train = TRAIN.model_copy(update=dict(epochs=1))
     initial = {k: v.clone() for k, v in load_model(tiny_model_dir, "cpu").state_dict().items()}
     results = []
     for run in range(2):
@@ -425,7 +424,7 @@ def train_once(model_dir, training, pairs=None) -> tuple[dict, dict]:
 def test_spread_sampler_trains_on_full_batches(tiny_model_dir):
     """`sampler: spread` reaches the trainer: one step per spread batch, all of them full."""
     pairs = tiny_pairs()[0]
-    training = dataclasses.replace(TRAIN, epochs=1, sampler="spread")
+    training = TRAIN.model_copy(update=dict(epochs=1, sampler="spread"))
     _, stats = train_once(tiny_model_dir, training, pairs)
     expected = spread_batches(pd.factorize(pairs["doc_id"])[0], TRAIN.batch_size, SEED, text_codes=text_codes(pairs))
     assert stats["steps"] == len(expected) > 0 and stats["sampler"] == "spread"
@@ -443,19 +442,19 @@ def test_precision_on_cpu(tiny_model_dir, monkeypatch):
     """The default trains in fp32; bf16 on a CPU with bf16 units is CPU autocast (the weights end
     elsewhere, and stay fp32); on a CPU without them bf16 is refused in one line, as fp16 is on any
     CPU, before any training."""
-    one_epoch = dataclasses.replace(TRAIN, epochs=1)
+    one_epoch = TRAIN.model_copy(update=dict(epochs=1))
     assert one_epoch.precision == "fp32"
     fake_cpu_bf16(monkeypatch, True)
     fp32, fp32_stats = train_once(tiny_model_dir, one_epoch)
-    bf16, bf16_stats = train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="bf16"))
+    bf16, bf16_stats = train_once(tiny_model_dir, one_epoch.model_copy(update=dict(precision="bf16")))
     assert fp32_stats["precision"] == "fp32" and bf16_stats["precision"] == "bf16"
     assert any(not torch.equal(bf16[k], fp32[k]) for k in fp32), "bf16 was asked for but not used"
     assert {tensor.dtype for tensor in bf16.values() if tensor.is_floating_point()} == {torch.float32}
     with pytest.raises(StageError, match="^params `precision` is fp16, which needs a CUDA GPU, and this stage runs on cpu"):
-        train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="fp16"))
+        train_once(tiny_model_dir, one_epoch.model_copy(update=dict(precision="fp16")))
     fake_cpu_bf16(monkeypatch, False)
     with pytest.raises(StageError, match="^params `precision` is bf16, but this CPU has no bf16 units"):
-        train_once(tiny_model_dir, dataclasses.replace(one_epoch, precision="bf16"))
+        train_once(tiny_model_dir, one_epoch.model_copy(update=dict(precision="bf16")))
 
 
 def test_bf16_cpu_training_keeps_fp32_master_weights_and_a_plain_fp32_model(tiny_model_dir, tmp_path, monkeypatch):
@@ -478,7 +477,8 @@ def test_bf16_cpu_training_keeps_fp32_master_weights_and_a_plain_fp32_model(tiny
     monkeypatch.setattr(SentenceTransformerTrainer, "train", train_and_look)
     fake_cpu_bf16(monkeypatch, True)
     model = load_model(tiny_model_dir, "cpu")
-    stats = train_on_pairs(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1, precision="bf16"), SEED, "cpu")
+    bf16 = TRAIN.model_copy(update=dict(epochs=1, precision="bf16"))
+    stats = train_on_pairs(model, tiny_pairs()[0], bf16, SEED, "cpu")
     assert stats["precision"] == "bf16" and optimizer_dtypes == {torch.float32}
     save_model(model, tmp_path / "model")
     loaded = SentenceTransformer(str(tmp_path / "model"), device="cpu")
@@ -493,7 +493,8 @@ def test_a_non_finite_loss_stops_training_naming_the_iteration(tiny_model_dir):
     with torch.no_grad():
         model[0].auto_model.embeddings.word_embeddings.weight.fill_(float("nan"))
     with pytest.raises(StageError, match="^iteration 3: the (mean )?training loss (became|is) nan") as error:
-        train_on_pairs(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1), SEED, "cpu", label="iteration 3")
+        one_epoch = TRAIN.model_copy(update=dict(epochs=1))
+        train_on_pairs(model, tiny_pairs()[0], one_epoch, SEED, "cpu", label="iteration 3")
     assert "\n" not in str(error.value)
 
 
@@ -560,7 +561,7 @@ def test_training_leaves_no_scratch_folder(tiny_model_dir, tmp_path, monkeypatch
     from infocse.training import train_at_length
 
     model = load_model(tiny_model_dir, "cpu")
-    stats = train_at_length(model, tiny_pairs()[0], dataclasses.replace(TRAIN, epochs=1), SEED, "cpu")
+    stats = train_at_length(model, tiny_pairs()[0], TRAIN.model_copy(update=dict(epochs=1)), SEED, "cpu")
     assert stats["steps"] > 0
     assert seen_while_training == [[]]
     assert os.listdir(scratch) == []

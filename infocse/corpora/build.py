@@ -32,9 +32,9 @@ def prepare_corpus(config: Config) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     sentences, stats = build_sentence_table(documents)
     if sentences.groupby("doc_id").size().ge(2).sum() == 0:
         raise StageError("no document has two or more sentences: there is nothing to pair")
-    documents["split"] = assign_splits(documents, config.split, config.seed)
-    if corpus.mix_sources > 1:
-        sentences = mix_sentences(sentences, documents, corpus.mix_sources, corpus.mix_order,
+    documents["split"] = assign_splits(documents, config.split.model_dump(), config.seed)
+    if corpus.mix.sources > 1:
+        sentences = mix_sentences(sentences, documents, corpus.mix.sources, corpus.mix.order,
                                   derived_seed(config.seed, "mix"))
         stats["mixed_documents"] = int(sentences["doc_id"].nunique())
     if corpus.source == "manpages":
