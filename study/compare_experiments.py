@@ -34,6 +34,7 @@ from infocse.io import write_text
 from infocse.methods import METHODS
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
 from study.export_runs import flatten
+from study.template import render_template
 
 RUNS_DIR = Path("study/runs")
 REPORT = Path("study/reports/comparison.md")
@@ -417,28 +418,9 @@ def setting_order(setting: str, keys: list[str]) -> list:
 
 # ------------------------------------------------------------------------------------------ report
 
-INTRO = [
-    "- Each run has its own `seed`, which sets both the label split and the training seed. A cell in the "
-    "means table is the mean ± sample standard deviation over runs; the per-run table below it has one row per "
-    "seed.",
-    "- Baseline rows are one round of that annotator from the seed model (`init.method=X`, "
-    "`loop.max_iterations=0`), with the same pair budget, batches and trainer as an IDC round. InfoCSE rows are "
-    "the model chosen by validation (early stopping); pairs, batch sizes and training seconds are over the rounds "
-    "that made it.",
-    "- Δ: a run minus the seed model of the same seed (same label split, same test queries), or minus "
-    f"{REFERENCE} of the same seed and setting. Shown as the mean difference over seeds with its t-based 95% "
-    "interval, `mean [low, high] (n = runs)`. *Verdict*: higher or lower only when the interval excludes 0; "
-    "with n = 1 there is no interval.",
-    "- A setting is every training param (pair budget, trainer, iterations, annotator options); runs differ in "
-    "nothing else within one table. Its name lists the pair budget and the params that differ between settings.",
-    "- mean batch: training pairs per batch (a batch never holds two pairs of one document, so skewed pair "
-    "tables can leave batches short). Training seconds depend on the machine: compare them loosely.",
-    "- token Jaccard: mean lexical overlap of the positive pairs (trivial positives score high).",
-]
-
-
-def corpus_sections(rows: list[dict]) -> list[str]:
-    lines = []
+def corpus_sections(rows: list[dict]) -> list[dict]:
+    """Per corpus and evaluation: its title, seeds, budget sweep and choice, and per setting its tables."""
+    sections = []
     for corpus in sorted({r["corpus"] for r in rows}):
         mine = [r for r in rows if r["corpus"] == corpus]
         evaluations = sorted({r["evaluation"] for r in mine})
@@ -452,38 +434,27 @@ def corpus_sections(rows: list[dict]) -> list[str]:
             keys = varying_keys([r["setting_params"] for r in group_rows], ALWAYS_SHOWN)
             settings = sorted({r["setting"] for r in group_rows}, key=lambda s: setting_order(s, keys))
             seeds = sorted({r["seed"] for r in group_rows if r["method"] == SEED_MODEL})
-            lines += [title, "", f"Label splits with a seed-model run: {len(seeds)} "
-                                 f"(seeds {', '.join(map(str, seeds)) or '–'}). Validation metric: {metric}.", "",
-                      f"### Budget sweep: {corpus}", "",
-                      "One row per setting and method, n runs each; choose a setting by the validation column, "
-                      "never by test.", "", sweep_table(group_rows, keys, metric), "",
-                      *chosen_setting(group_rows, keys, metric)]
-            for setting in settings:
-                group = [r for r in group_rows if r["setting"] == setting]
-                lines += [f"### {corpus}, setting: {label(json.loads(setting), keys)}", "",
-                          "Means over runs:", "", means_table(group, metric), "",
-                          "Paired differences on test (95% t-interval over seeds):", "", differences_table(group), "",
-                          "Per run:", "", per_run_table(group, metric), ""]
-    return lines
+            chosen = chosen_setting(group_rows, keys, metric)
+            sections.append({
+                "title": title, "name": corpus, "metric": metric, "sweep": sweep_table(group_rows, keys, metric),
+                "seeds": f"{len(seeds)} (seeds {', '.join(map(str, seeds)) or '–'})",
+                "chosen": chosen[0] if chosen else "",
+                "settings": [{"label": label(json.loads(setting), keys),
+                              "means": means_table([r for r in group_rows if r["setting"] == setting], metric),
+                              "differences": differences_table([r for r in group_rows if r["setting"] == setting]),
+                              "per_run": per_run_table([r for r in group_rows if r["setting"] == setting], metric)}
+                             for setting in settings]})
+    return sections
 
 
 def render(runs: list[dict]) -> str:
-    lines = ["# Comparison: InfoCSE, the classic self-supervised baselines, initializations, ablations and "
-             "pair budgets", "",
-             "Made by `python -m study.make_reports` (or `python -m study.compare_experiments`) from the "
-             f"committed run files in `{RUNS_DIR}/` alone; `python -m study.export_runs` writes them after the "
-             "runs.", ""]
     if not runs:
-        return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` holds no run file. Queue runs "
-                                  "(`python -m study.plan queue main`), run them (`dvc queue start -j 1`), export "
-                                  "them (`python -m study.export_runs --wait`) and run this command again.", ""])
+        return render_template("comparison.md", runs_dir=RUNS_DIR, run_files=0)
     rows, dropped = collect(runs)
-    commits = sorted({r["commit"] for r in rows if r["commit"]})
-    lines += [f"Run files: {len(runs)}; rows: {len(rows)}; code commits: {', '.join(commits) or '–'}.", "", *INTRO, ""]
-    if dropped:
-        lines += ["Not counted (a newer run has the same corpus, setting, method and seed): " +
-                  "; ".join(f"{old} (kept {new})" for old, new in dropped) + ".", ""]
-    return "\n".join(lines + corpus_sections(rows))
+    return render_template(
+        "comparison.md", runs_dir=RUNS_DIR, run_files=len(runs), rows=len(rows), reference=REFERENCE,
+        commits=", ".join(sorted({r["commit"] for r in rows if r["commit"]})) or "–",
+        dropped="; ".join(f"{old} (kept {new})" for old, new in dropped), corpora=corpus_sections(rows))
 
 
 def plot_convergence(runs: list[dict], path: Path = PLOT) -> None:

@@ -33,6 +33,7 @@ from infocse.io import write_text
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
 from study.compare_experiments import (BASELINE_NAMES, RUNS_DIR, canonical, evaluation_of, label, load_runs,
                                          setting_of, varying_keys)
+from study.template import render_template
 
 REPORT = Path("study/reports/fewshot.md")
 PLOT = Path("study/reports/plusplus_rounds.png")
@@ -148,8 +149,7 @@ def paired_differences(mine: list[dict], budgets: list[str], baseline: str | Non
             interval = t_interval(values)
             record.append(f"{format_interval(interval)}: {verdict(interval)}" if values else "–")
         records.append(record)
-    return [f"Paired by seed, test {metric} (first minus second; mean difference [95% t-interval] (n = seeds)):", "",
-            markdown_table(pd.DataFrame(records, columns=["difference", *(f"{b} labels" for b in budgets)])), ""]
+    return markdown_table(pd.DataFrame(records, columns=["difference", *(f"{b} labels" for b in budgets)]))
 
 
 def per_run_table(mine: list[dict], starts: list[str]) -> str:
@@ -162,7 +162,7 @@ def per_run_table(mine: list[dict], starts: list[str]) -> str:
     return markdown_table(pd.DataFrame(records))
 
 
-def group_section(mine: list[dict], title: str) -> list[str]:
+def group_section(mine: list[dict], title: str) -> dict:
     baseline = best_baseline(mine)
     starts = ["seed model", *([baseline] if baseline else []), "InfoCSE", "InfoCSE++"]
     shown = [c for c in mine if c["start"] in starts]
@@ -170,50 +170,30 @@ def group_section(mine: list[dict], title: str) -> list[str]:
     records = [[f"best baseline: {start}" if start == baseline else start,
                 *(cell_text([c for c in shown if c["start"] == start and c["budget"] == b]) for b in budgets)]
                for start in starts]
-    lines = [title, "", markdown_table(pd.DataFrame(records, columns=["start", *(f"{b} labels" for b in budgets)])), ""]
-    for metric in METRICS:
-        lines += paired_differences(shown, budgets, baseline, metric)
-    return lines + ["Per run:", "", per_run_table(shown, starts), ""]
-
-
-INTRO = [
-    "Cell: test Recall@1 / MRR@10 after fine-tuning, mean ± sd over runs, n runs (each run has its own `seed`: "
-    "label split, label sample and training). The best baseline is picked by fine-tuned validation MRR@10 on the "
-    "budgets and seeds every baseline was run with; nothing is chosen by test.", "",
-    "- seed model / best baseline: that model fine-tuned (`finetune@f0` of its run).",
-    "- InfoCSE: the InfoCSE model chosen by validation, fine-tuned (`finetune@best`, InfoCSE++ round 1).",
-    "- InfoCSE++: the fine-tuned round chosen by validation (`metrics/plusplus.json`); each later round runs "
-    "InfoCSE from the previous round's fine-tuned model, then fine-tunes again, until validation stops "
-    "improving or `plusplus.max_rounds`. Round 1 can be chosen, so InfoCSE++ equals InfoCSE where round 2 did "
-    "not help on validation.",
-    "- Differences are paired by seed; a verdict is higher or lower only when the 95% t-interval excludes 0.",
-]
+    return {"title": title,
+            "cells": markdown_table(pd.DataFrame(records, columns=["start", *(f"{b} labels" for b in budgets)])),
+            "differences": [(metric, paired_differences(shown, budgets, baseline, metric)) for metric in METRICS],
+            "per_run": per_run_table(shown, starts)}
 
 
 def render(runs: list[dict]) -> str:
-    lines = ["# Few-shot fine-tuning: seed model, best baseline, InfoCSE, InfoCSE++", "",
-             "Made by `python -m study.make_reports` (or `python -m study.compare_fewshot`) from the committed "
-             f"run files in `{RUNS_DIR}/` alone.", ""]
     cells, dropped = collect(runs)
     if not cells:
-        what = "holds no run file" if not runs else "holds no run with fine-tuning metrics"
-        return "\n".join(lines + [f"No runs yet: `{RUNS_DIR}/` {what}. Queue them with "
-                                  "`python -m study.plan queue fewshot`, export them (`python -m study.export_runs "
-                                  "--wait`) and run this command again.", ""])
-    lines += INTRO + [""]
-    if dropped:
-        lines += ["Not counted (a newer run has the same corpus, setting, start, budget and seed): " +
-                  "; ".join(f"{old} (kept {new})" for old, new in dropped) + ".", ""]
+        return render_template("fewshot.md", runs_dir=RUNS_DIR, empty="holds no run file" if not runs else
+                               "holds no run with fine-tuning metrics")
+    groups = []
     for corpus in sorted({c["corpus"] for c in cells}):
         mine = [c for c in cells if c["corpus"] == corpus]
-        groups = sorted({(c["evaluation"], c["setting"]) for c in mine})
-        keys = varying_keys([{**json.loads(e), **json.loads(s)} for e, s in groups])
-        for evaluation, setting in groups:
+        settings = sorted({(c["evaluation"], c["setting"]) for c in mine})
+        keys = varying_keys([{**json.loads(e), **json.loads(s)} for e, s in settings])
+        for evaluation, setting in settings:
             title = f"## Corpus: {corpus}"
-            if len(groups) > 1:
+            if len(settings) > 1:
                 title += f" ({label({**json.loads(evaluation), **json.loads(setting)}, keys)})"
-            lines += group_section([c for c in mine if (c["evaluation"], c["setting"]) == (evaluation, setting)], title)
-    return "\n".join(lines)
+            groups.append(group_section([c for c in mine if (c["evaluation"], c["setting"]) == (evaluation, setting)],
+                                        title))
+    return render_template("fewshot.md", runs_dir=RUNS_DIR, empty="", groups=groups,
+                           dropped="; ".join(f"{old} (kept {new})" for old, new in dropped))
 
 
 def plot_rounds(runs: list[dict], path: Path = PLOT) -> None:

@@ -25,7 +25,6 @@ baseline of the few-shot table is chosen on fine-tuned validation (study/compare
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +39,7 @@ from study.compare_experiments import (BASELINE_NAMES, NEIGHBOURS, REFERENCE, RU
                                          TEXT_SHUFFLE_CUTOFF, canonical, infocse_label, iteration_metrics,
                                          load_runs, mean_sd)
 from study.plan import GPU_SEED_MODEL
+from study.template import render_template
 
 REPORT = Path("study/reports/paper_tables.md")
 PLOT = Path("study/reports/paper_tables.png")
@@ -617,48 +617,6 @@ def claims_table(claims: list[dict]) -> str:
 
 # ------------------------------------------------------------------------------------------ report
 
-INTRO = [
-    f"- Every table is at the CPU defaults: seed model {TABLE_DEFAULTS['seed_model']}, "
-    f"{TABLE_DEFAULTS['budget.max_pairs']:,} training pairs per round (at most "
-    f"{TABLE_DEFAULTS['budget.max_pairs_per_document']} per document), {TABLE_DEFAULTS['iterations']} iterations, "
-    f"loop patience {TABLE_DEFAULTS['loop.patience']}, fine-tuning {TABLE_DEFAULTS['finetune.epochs']} epochs, "
-    f"run in {TABLE_DEFAULTS['precision']} (CPU runs in bf16 are set beside these in study/reports/precision.md; "
-    "GPU runs in mixed precision are in study/reports/comparison.md). "
-    f"GPU runs in fp32 (study/gpu_runs.py) start from the seed model's weights rounded to fp16, "
-    f"{SEED_MODEL_WEIGHTS[1]}: they are a group of their own, never pooled with runs of the published weights. "
-    "A CPU run in fp32 from that same folder joins their group: the device is not a setting, and fp32 on the GPU "
-    "and on the CPU differ by float rounding alone, as two CPU models do (each run's source is listed at the end). "
-    "Per corpus a table uses one group of runs that share every other param too: the newest such group of the "
-    "published weights, unless the newest of the fp16-rounded ones covers more of the tables (cells of method, "
-    "label budget and seed 0-2); "
-    "the others are listed at the end, never pooled (runs of older code have other params, GPU runs other "
-    "weights). A study varies only its own "
-    "params: the convergence runs their iterations and patience, the InfoCSE++ control its fine-tuning epochs.",
-    "- n (seeds): runs, one per seed; each seed is its own label split and training seed. Scores: mean ± sample "
-    "standard deviation over the runs. A cell without runs says not run.",
-    "- Δ: first minus second, paired by seed (same label split, same test queries), "
-    "`mean [95% t-interval] (n = seeds)`; – where the reference has no run at those seeds.",
-    f"- {TEXT_SHUFFLE_CUTOFF} and {NEIGHBOURS} are what runs here; ConSERT's and CONPONO's own objectives are not "
-    "implemented (docs/method.md), so the paper's claims about ConSERT and CONPONO are judged on these two, and "
-    "each such claim says so.",
-]
-
-RULES = [
-    "Each claim is one or more comparisons on test R@1 (first minus second, paired by seed, 95% t-interval over "
-    "seeds); the verdict is read from the intervals alone (`claim_verdict` in study/paper_tables.py):",
-    "",
-    "- *A beats B*: holds when the interval lies above 0, contradicted when it lies below 0, else not shown.",
-    f"- *A within ±{CLOSE_MARGIN} of B*: holds when the interval lies inside (−{CLOSE_MARGIN}, +{CLOSE_MARGIN}), "
-    "contradicted when it lies wholly outside, else not shown.",
-    "- One run (n = 1) has no interval: not shown. No run: not run. A claim of several comparisons holds when "
-    "every one holds, is contradicted when one is, is not run when none ran, and is not shown otherwise.",
-    f"- Every verdict is read at seeds {', '.join(map(str, PRESET_SEEDS))}, the n fixed before any run was looked "
-    "at. Seeds added later to some comparisons (3 and 4, after an n = 3 look) are shown beside it as a follow-up "
-    "and never change a verdict: adding seeds only where an interval held 0 would make false verdicts likelier "
-    "than the 5% the intervals promise.",
-]
-
-
 def sources(label: str, chosen: dict, older: dict, groups: dict, runs_by_name: dict,
             variants: list[tuple]) -> list[str]:
     """Which runs a table rests on, per corpus (their commits, seed model and how they ran), and the
@@ -712,73 +670,39 @@ def render(runs: list[dict]) -> str:
 
     inits = [entry for alone, started in INITIALIZATIONS
              for entry in ((alone, [SEED_MODEL, None, None]), (started, [SEED_MODEL, REFERENCE, alone]))]
-    lines = [
-        "# The paper's tables and claims, on these corpora", "",
-        "Made by `python -m study.make_reports` (or `python -m study.paper_tables`) from the committed run files "
-        f"in `{RUNS_DIR}/` alone. Run files: {len(runs)}.", "", *INTRO, "",
-        "## Table 1: zero-shot retrieval (test)", "",
-        f"One round of each baseline from the seed model at the same pair budget; InfoCSE: the iteration chosen by "
-        f"validation; {LARGER_MODEL}: scored as it is, no training, on the same splits.", "",
-        table1(rows, zero_groups, chosen), "",
-        "Seed model weights of each corpus's runs: " + "; ".join(
-            f"{variant_name(v)}: {seed_model_of(chosen[v])}" for v in shown_variants(chosen, mixed=True) if v in chosen)
-        + ".", "",
-        "### Documents that mix topics", "",
-        "Each training document made of 3 source documents (`corpus.mix`, docs/corpora.md): their sentences one "
-        "source after another (concatenated) or merged in random order, each source keeping its own order "
-        "(interleaved). Evaluation is that of the unmixed corpus, so each method is also paired with itself on the "
-        "unmixed corpus at the same seeds (the seed model's difference is 0 when both runs ran on one machine; on "
-        "CPUs of different models, float rounding can reorder near-tied candidates and move it slightly). A pair "
-        "is right when its two sentences come from one source (one category): the share of right pairs in each "
-        "round's pair table, mean ± sd over seeds; "
-        "InfoCSE's round 2 is mined by its round-1 model. SimCSE pairs a sentence with itself, so its pairs are right "
-        "by construction: the control for what mixing changes besides the pairs (which sentences the pair budget "
-        "samples, which share a batch).", "",
-        mixed_table(zero_groups, chosen, unmixed_of, runs_by_name), "",
-        "## Table 2: few-shot fine-tuning (test R@1 / MRR@10)", "",
-        "Each start fine-tuned on the label budget (`finetune.labels`) of the few-shot pool; the best baseline is "
-        "chosen by fine-tuned validation MRR@10 (study/reports/fewshot.md).", "",
-        table2(fewshot_groups, chosen_fs, budgets), "",
-        "## Table 3: InfoCSE++ and the extended studies", "",
-        "### InfoCSE++ and its control (test R@1 / MRR@10)", "",
-        "Round r of InfoCSE++ has had r fine-tunings; its control is the InfoCSE model fine-tuned once for as many "
-        "epochs, so the table separates more fine-tuning from InfoCSE between fine-tunings.", "",
-        table3_plusplus(fewshot_groups, chosen_fs, budgets), "",
-        "### IDC by global K-means vs partition IDC", "",
-        study_table(group_of, [(REFERENCE, [SEED_MODEL, None]), (KMEANS, [SEED_MODEL, REFERENCE])],
-                    ["Δ R@1 vs seed model", "Δ R@1 vs partition IDC (K=1)"]), "",
-        "### K: top-K links per sentence", "",
-        study_table(group_of, [(K_VARIANTS[0], [SEED_MODEL, None])] + [(k, [SEED_MODEL, K_VARIANTS[0]])
-                                                                      for k in K_VARIANTS[1:]],
-                    ["Δ R@1 vs seed model", "Δ R@1 vs K=1"]), "",
-        "### Initialization", "",
-        "InfoCSE from each initialization beside the initialization alone (one round of that baseline from the "
-        "seed model) and InfoCSE from the seed model.", "",
-        study_table(group_of, [(REFERENCE, [SEED_MODEL, None, None]), *inits],
-                    ["Δ R@1 vs seed model", "Δ R@1 vs InfoCSE from the seed model", "Δ R@1 vs its initialization"]), "",
-        "### SBERT annotator for round 1", "",
-        study_table(group_of, [(REFERENCE, [SEED_MODEL, None]), (SBERT_ROUND1, [SEED_MODEL, REFERENCE])],
-                    ["Δ R@1 vs seed model", "Δ R@1 vs InfoCSE"]), "",
-        f"### Not the paper's, a user's: InfoCSE from {LARGER_MODEL}", "",
-        f"The strongest model a user may have as the seed model: InfoCSE and one round of {NEIGHBOURS} from "
-        f"{LARGER_MODEL} (`seed_model: {LARGER_MODEL}`), each paired by seed with {LARGER_MODEL} as it is (the "
-        "same run's iteration 0); every other param at the defaults.", "",
-        study_table(from_larger, [(SEED_MODEL, [None, None]), (NEIGHBOURS, [SEED_MODEL, None]),
-                                  (REFERENCE, [SEED_MODEL, NEIGHBOURS])],
-                    [f"Δ R@1 vs {LARGER_MODEL} as it is", f"Δ R@1 vs {NEIGHBOURS} from it"],
-                    {SEED_MODEL: f"{LARGER_MODEL}, as it is", NEIGHBOURS: f"{NEIGHBOURS} from {LARGER_MODEL}",
-                     REFERENCE: f"InfoCSE from {LARGER_MODEL}"}), "",
-        "### Convergence: InfoCSE iteration by iteration", "",
-        "Every iteration that ran (selection still by validation); the claim reads the setting with the most "
-        "iterations.", "",
-        table3_convergence(zero_groups, chosen, runs_by_name), "",
-        "## The paper's claims", "", *RULES, "", claims_table(claims), "",
-        "## Where the numbers come from", "",
-        *sources("Zero-shot (Table 1, Table 3 studies)", chosen, older, zero_groups, runs_by_name,
-                 shown_variants(chosen, mixed=True)),
-        *sources("Few-shot (Table 2, InfoCSE++)", chosen_fs, older_fs, fewshot_groups, runs_by_name, unmixed_fs), "",
-    ]
-    return "\n".join(lines)
+    return render_template(
+        "paper_tables.md", runs_dir=RUNS_DIR, run_files=len(runs), d=TABLE_DEFAULTS,
+        rounded_weights=SEED_MODEL_WEIGHTS[1],
+        shuffle_cutoff=TEXT_SHUFFLE_CUTOFF, neighbours=NEIGHBOURS, larger=LARGER_MODEL, margin=CLOSE_MARGIN,
+        preset_seeds=", ".join(map(str, PRESET_SEEDS)),
+        table1=table1(rows, zero_groups, chosen),
+        weights="; ".join(f"{variant_name(v)}: {seed_model_of(chosen[v])}"
+                          for v in shown_variants(chosen, mixed=True) if v in chosen),
+        mixed_table=mixed_table(zero_groups, chosen, unmixed_of, runs_by_name),
+        table2=table2(fewshot_groups, chosen_fs, budgets),
+        plusplus_table=table3_plusplus(fewshot_groups, chosen_fs, budgets),
+        kmeans_table=study_table(group_of, [(REFERENCE, [SEED_MODEL, None]), (KMEANS, [SEED_MODEL, REFERENCE])],
+                                 ["Δ R@1 vs seed model", "Δ R@1 vs partition IDC (K=1)"]),
+        k_table=study_table(group_of, [(K_VARIANTS[0], [SEED_MODEL, None])] + [(k, [SEED_MODEL, K_VARIANTS[0]])
+                                                                            for k in K_VARIANTS[1:]],
+                            ["Δ R@1 vs seed model", "Δ R@1 vs K=1"]),
+        init_table=study_table(group_of, [(REFERENCE, [SEED_MODEL, None, None]), *inits],
+                               ["Δ R@1 vs seed model", "Δ R@1 vs InfoCSE from the seed model",
+                                "Δ R@1 vs its initialization"]),
+        sbert_table=study_table(group_of, [(REFERENCE, [SEED_MODEL, None]), (SBERT_ROUND1, [SEED_MODEL, REFERENCE])],
+                                ["Δ R@1 vs seed model", "Δ R@1 vs InfoCSE"]),
+        larger_table=study_table(from_larger, [(SEED_MODEL, [None, None]), (NEIGHBOURS, [SEED_MODEL, None]),
+                                               (REFERENCE, [SEED_MODEL, NEIGHBOURS])],
+                                 [f"Δ R@1 vs {LARGER_MODEL} as it is", f"Δ R@1 vs {NEIGHBOURS} from it"],
+                                 {SEED_MODEL: f"{LARGER_MODEL}, as it is",
+                                  NEIGHBOURS: f"{NEIGHBOURS} from {LARGER_MODEL}",
+                                  REFERENCE: f"InfoCSE from {LARGER_MODEL}"}),
+        convergence_table=table3_convergence(zero_groups, chosen, runs_by_name),
+        claims_table=claims_table(claims),
+        sources=[*sources("Zero-shot (Table 1, Table 3 studies)", chosen, older, zero_groups, runs_by_name,
+                          shown_variants(chosen, mixed=True)),
+                 *sources("Few-shot (Table 2, InfoCSE++)", chosen_fs, older_fs, fewshot_groups, runs_by_name,
+                          unmixed_fs)])
 
 
 def plot_fewshot(runs: list[dict], path: Path = PLOT) -> None:
