@@ -23,8 +23,8 @@ from infocse.reporting import markdown_table, save_figure
 from study import compare_experiments as zero_shot
 from study.compare_experiments import NEIGHBOURS, REFERENCE, SEED_MODEL, load_runs, mean_sd
 from study.paper_tables import (BEATS, CLOSE, CORPORA, CORPUS_NAMES, HOLDS, LARGER_MODEL, SEED_MODEL_WEIGHTS,
-                                  claim_verdict, grouped, interval_cell, larger_model_rows, newest_groups, of, paired,
-                                  vs_seed_model)
+                                  claim_verdict, from_larger_model, grouped, interval_cell, larger_model_rows,
+                                  newest_groups, of, paired, vs_seed_model)
 
 README = Path("README.md")
 PLOT = Path("study/reports/glance.png")
@@ -61,9 +61,13 @@ def comparisons(runs: list[dict]) -> dict[str, dict]:
             else:
                 mine = at_preset(of(group, method))
                 models[method] = (mine, vs_seed_model(mine))
+        from_larger = from_larger_model(groups, key)
         found[corpus] = {"seed": seed, "models": models,
                          "infocse_minus_neighbours": paired(models[REFERENCE][0], models[NEIGHBOURS][0]),
-                         "infocse_minus_larger": paired(models[REFERENCE][0], models[LARGER_MODEL][0])}
+                         "infocse_minus_larger": paired(models[REFERENCE][0], models[LARGER_MODEL][0]),
+                         "from_larger": vs_seed_model(at_preset(of(from_larger, REFERENCE))),
+                         "from_larger_minus_neighbours": paired(at_preset(of(from_larger, REFERENCE)),
+                                                                at_preset(of(from_larger, NEIGHBOURS)))}
     return found
 
 
@@ -108,6 +112,11 @@ def verdict(found: dict) -> str:
             f"On {CORPUS_NAMES[corpus]}, InfoCSE {gain_words(infocse, SEED_MODEL_WEIGHTS[0])}, "
             f"{level_words(data['infocse_minus_neighbours'], 'one round of neighbour pairs')}, and "
             f"{level_words(data['infocse_minus_larger'], f'{LARGER_MODEL} used as it is')}.")
+        if data["from_larger"]["n"] == len(PRESET_SEEDS):  # a user's stronger model: said once its runs are in
+            sentences.append(
+                f"Started from {LARGER_MODEL} on {CORPUS_NAMES[corpus]}, InfoCSE "
+                f"{gain_words(data['from_larger'], f'{LARGER_MODEL} as it is')}, "
+                f"{level_words(data['from_larger_minus_neighbours'], 'one round of neighbour pairs from it')}.")
     return " ".join(sentences)
 
 

@@ -326,6 +326,23 @@ def test_infocse_from_the_larger_model_is_paired_with_it_as_it_is_and_with_neigh
     assert table_rows(text, "## Table 1")["BBC News", REFERENCE][2:4] == ["3 (0, 1, 2)", "0.550 ± 0.000"]
 
 
+def test_the_readme_verdict_speaks_of_infocse_from_the_larger_model_once_its_planned_seeds_are_in():
+    """Two of the three planned seeds: no sentence (n is fixed before looking); all three: the gain over
+    the larger model as it is and the lead over neighbour pairs from it, with their intervals."""
+    from study import readme_results
+
+    larger = {"seed_model": paper.LARGER_MODEL}
+    runs = [infocse_run(seed, 0.5, 0.55) for seed in range(3)]
+    runs += [baseline_run("neighbours", seed, r1, **larger) for seed, r1 in enumerate([0.60, 0.61, 0.63])]
+    mpnet = [make_run(f"mpnet-infocse-s{seed}", seed, "none", [state(0.6), state(0.63 + 0.01 * seed, 0.7)], best=1,
+                      **larger) for seed in range(3)]
+    assert "Started from" not in readme_results.verdict(readme_results.comparisons(runs + mpnet[:2]))
+    text = readme_results.verdict(readme_results.comparisons(runs + mpnet))
+    assert (f"Started from all-mpnet-base-v2 on BBC News, InfoCSE gained "
+            f"{paper.format_interval(t_interval([0.03, 0.04, 0.05]))} test R@1 over all-mpnet-base-v2 as it is, ahead "
+            f"of one round of neighbour pairs from it ({paper.format_interval(t_interval([0.03, 0.03, 0.02]))}).") in text
+
+
 def test_a_verdict_is_read_at_the_preset_seeds_and_later_seeds_are_a_follow_up():
     """Seeds 0-2 give an interval that holds 0; seeds 3 and 4, added after that look, would separate
     it at n = 5: the verdict stays "not shown", and the n = 5 interval is shown beside it, labelled."""
