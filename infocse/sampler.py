@@ -21,10 +21,10 @@ with few negatives, `spread` drops it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 
 import numpy as np
-from sentence_transformers.base.sampler import DefaultBatchSampler
 
 
 def conflicts(text_codes: np.ndarray | None, index: int, texts: set) -> bool:
@@ -153,29 +153,38 @@ def rank_slices(batch: list[int], shards: int) -> list[list[int]]:
     return [batch[r * size:(r + 1) * size] for r in range(shards)]
 
 
-class PrecomputedBatchSampler(DefaultBatchSampler):
-    """The trainer's batch sampler: yields the given (document-disjoint) batches, in order.
+@functools.cache
+def precomputed_batch_sampler() -> type:
+    """The trainer's batch sampler class (below). Made on first use: sentence-transformers takes seconds
+    to import, and a stage that trains nothing (a stopped iteration) or refuses its params should not
+    wait for it."""
+    from sentence_transformers.base.sampler import DefaultBatchSampler
 
-    With `shards` = N > 1 processes it yields, for each global batch in turn, its N rank slices
-    (slice 0, ..., slice N-1). Accelerate shards a batch sampler across processes by position
-    (`BatchSamplerShard`, `split_batches=False`: process r takes items r, r + N, r + 2N, ...), so
-    process r gets slice r of every global batch, and one optimizer step sees one global batch.
-    Its `batch_size` is then None, which tells accelerate the slices vary in size (the last global
-    batches can be short) and must not be regrouped or padded."""
+    class PrecomputedBatchSampler(DefaultBatchSampler):
+        """The trainer's batch sampler: yields the given (document-disjoint) batches, in order.
 
-    def __init__(self, dataset, batch_size, drop_last, valid_label_columns=None, generator=None, seed=0, *,
-                 batches: list[list[int]], shards: int = 1):
-        super().__init__(dataset, batch_size=batch_size, drop_last=drop_last,
-                         valid_label_columns=valid_label_columns, generator=generator, seed=seed)
-        self.batches = batches
-        self.shards = shards
-        if shards > 1:
-            self.batch_size = None
+        With `shards` = N > 1 processes it yields, for each global batch in turn, its N rank slices
+        (slice 0, ..., slice N-1). Accelerate shards a batch sampler across processes by position
+        (`BatchSamplerShard`, `split_batches=False`: process r takes items r, r + N, r + 2N, ...), so
+        process r gets slice r of every global batch, and one optimizer step sees one global batch.
+        Its `batch_size` is then None, which tells accelerate the slices vary in size (the last global
+        batches can be short) and must not be regrouped or padded."""
 
-    def __iter__(self):
-        if self.shards == 1:
-            return iter(self.batches)
-        return (part for batch in self.batches for part in rank_slices(batch, self.shards))
+        def __init__(self, dataset, batch_size, drop_last, valid_label_columns=None, generator=None, seed=0, *,
+                     batches: list[list[int]], shards: int = 1):
+            super().__init__(dataset, batch_size=batch_size, drop_last=drop_last,
+                             valid_label_columns=valid_label_columns, generator=generator, seed=seed)
+            self.batches = batches
+            self.shards = shards
+            if shards > 1:
+                self.batch_size = None
 
-    def __len__(self) -> int:
-        return len(self.batches) * self.shards
+        def __iter__(self):
+            if self.shards == 1:
+                return iter(self.batches)
+            return (part for batch in self.batches for part in rank_slices(batch, self.shards))
+
+        def __len__(self) -> int:
+            return len(self.batches) * self.shards
+
+    return PrecomputedBatchSampler

@@ -30,7 +30,7 @@ from infocse.errors import StageError
 from infocse.live import live_callback
 from infocse.models import check_precision, sequence_length
 from infocse.pairs import document_codes
-from infocse.sampler import PrecomputedBatchSampler, batch_statistics, sampled_batches
+from infocse.sampler import batch_statistics, precomputed_batch_sampler, sampled_batches
 
 
 def distributed_world() -> tuple[int, int]:
@@ -119,7 +119,7 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
     if world not in (1, training.devices):
         raise StageError(f"running on {world} processes, but params `train.devices` is {training.devices}")
     set_seed(seed)
-    sampler = functools.partial(PrecomputedBatchSampler, batches=batches, shards=world)
+    sampler = functools.partial(precomputed_batch_sampler(), batches=batches, shards=world)
     dataset = Dataset.from_dict({"anchor": pairs["text_a"].tolist(), "positive": pairs["text_b"].tolist()})
     distributed = {}
     if world > 1:  # negatives gathered from every process: the loss sees the global batch

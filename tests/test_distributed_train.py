@@ -23,7 +23,7 @@ from test_train import check_batches, dropped, tiny_pairs
 from infocse.config import parse_config
 from infocse.errors import StageError, run_stage
 from infocse.models import load_model
-from infocse.sampler import PrecomputedBatchSampler, greedy_document_disjoint_batches, spread_batches
+from infocse.sampler import greedy_document_disjoint_batches, precomputed_batch_sampler, spread_batches
 from infocse.seeds import derived_seed
 from infocse.training import train_at_length, train_on_pairs
 from stages.train import main
@@ -39,7 +39,7 @@ def rank_batches(batches: list[list[int]], devices: int, n: int, batch_size: int
     """What each process trains on: our sampler, sharded across processes by accelerate's own
     BatchSamplerShard exactly as the trainer's `accelerator.prepare` does (split_batches=False,
     even_batches=False)."""
-    sampler = PrecomputedBatchSampler(range(n), batch_size=batch_size // devices, drop_last=False,
+    sampler = precomputed_batch_sampler()(range(n), batch_size=batch_size // devices, drop_last=False,
                                       batches=batches, shards=devices)
     return [list(BatchSamplerShard(sampler, num_processes=devices, process_index=rank, split_batches=False,
                                    even_batches=False)) for rank in range(devices)]
@@ -77,7 +77,7 @@ def test_one_device_batches_are_unchanged():
     doc_codes = np.random.default_rng(0).integers(0, 20, size=200)
     batches = greedy_document_disjoint_batches(doc_codes, 8, 0)
     assert greedy_document_disjoint_batches(doc_codes, 8, 0, multiple_of=1) == batches
-    sampler = PrecomputedBatchSampler(range(200), batch_size=8, drop_last=False, batches=batches)
+    sampler = precomputed_batch_sampler()(range(200), batch_size=8, drop_last=False, batches=batches)
     assert list(sampler) == batches and len(sampler) == len(batches) and sampler.batch_size == 8
 
 
