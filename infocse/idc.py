@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy.cluster.vq import kmeans2
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
@@ -49,6 +48,8 @@ def top_columns(similarity: np.ndarray, keep: int) -> np.ndarray:
     first maximum) `keep` times, each winner masked out. Beyond: topk's set, which is that of a
     stable sort unless the (keep+1)-th value equals the keep-th, and only such rows are sorted.
     Needs keep < columns."""
+    import torch  # here, not at module level: a stage that clusters nothing never loads it
+
     chosen = np.empty((len(similarity), keep), np.int64)
     if keep <= ARGMAX_ROUNDS:
         rows = np.arange(len(similarity))
@@ -73,6 +74,8 @@ def top_k_neighbours(embeddings: np.ndarray, offsets: np.ndarray, k: int, block_
     the long documents' blocks hold block_rows x longest document similarities at most. A long
     document's block height follows the thread count, so another count can round its products
     differently and change a choice between float32-equal similarities (nothing else)."""
+    import torch
+
     if k < 1:
         raise StageError(f"K must be >= 1, got {k}")
     if block_rows < 1:
@@ -116,6 +119,8 @@ def top_k_neighbours(embeddings: np.ndarray, offsets: np.ndarray, k: int, block_
 def neighbours_of_documents(vectors: np.ndarray, neighbours: np.ndarray, rows: np.ndarray, keep: int) -> None:
     """The top `keep` of each row of `rows` (documents of one size, (documents, size)), in place.
     The rows of each document go in chunks of at most BMM_ROWS against the whole document."""
+    import torch
+
     count, size = rows.shape
     stacked = torch.from_numpy(vectors.take(rows.ravel(), axis=0).reshape(count, size, -1))
     chunks = -(-size // BMM_ROWS)
@@ -131,6 +136,8 @@ def neighbours_of_rows(vectors: np.ndarray, neighbours: np.ndarray, start: int, 
                        keep: int, blocks: dict) -> None:
     """The top `keep` of rows first..last-1 of the document of `size` rows at `start`, in place.
     `blocks` holds one flat buffer per thread, reused: a fresh block each time costs its page faults."""
+    import torch
+
     members = torch.from_numpy(vectors[start:start + size])
     block = blocks[threading.get_ident()][:(last - first) * size].view(last - first, size)
     similarity = torch.mm(members[first:last], members.T, out=block).numpy()
