@@ -16,7 +16,7 @@ def rule(wanted: str, accept) -> PlainValidator:
         try:
             return accept(value)
         except (ValueError, TypeError):
-            raise PydanticCustomError("param", "must be " + wanted.replace("{", "{{").replace("}", "}}")) from None
+            raise PydanticCustomError("param", "must be " + wanted) from None  # (no context: braces stay as they are)
     return PlainValidator(validate)
 
 
@@ -60,10 +60,12 @@ def text(null: bool = False) -> PlainValidator:
 
 def chain(first: int, expected_prev, allow_empty: bool, as_list: bool) -> PlainValidator:
     """Items {n: {prev: ...}} numbered first..N, each naming its predecessor (DVC templates have no
-    arithmetic); their problems are one line, naming the item."""
+    arithmetic); a problem is one line, and each bad `prev` its own line naming that item."""
     def validate(raw):
         def fail(text):
-            raise PydanticCustomError("line", text.replace("{", "{{").replace("}", "}}"))
+            raise PydanticCustomError("line", text)
+        if raw is None and allow_empty:  # `rounds:` with every item commented out
+            return [] if as_list else {}
         if not isinstance(raw, dict):
             fail(f"must be a mapping of numbered items, got {raw!r} ({type(raw).__name__})")
         try:
@@ -81,7 +83,7 @@ def chain(first: int, expected_prev, allow_empty: bool, as_list: bool) -> PlainV
         bad = [f"`.{n}.prev` must be {expected_prev(n)!r}, got {prev!r}"
                for n, prev in chain.items() if prev != expected_prev(n)]
         if bad:
-            fail("; ".join(bad))
+            fail("\n".join(bad))
         return list(chain) if as_list else chain
     return PlainValidator(validate)
 
@@ -103,8 +105,8 @@ MESSAGES = {"missing": "is missing", "extra_forbidden": "is not a known param (a
 
 def refusal(error: dict) -> str:
     dotted = ".".join(str(part) for part in error["loc"])
-    if error["type"] == "line":
-        return f"params `{dotted}` {error['msg']}".replace("` `.", ".")
+    if error["type"] == "line":  # a chain's problems: each line names its item
+        return "\n".join(f"params `{dotted}` {line}".replace("` `.", ".") for line in error["msg"].split("\n"))
     line = f"params `{dotted}` {MESSAGES.get(error['type'], error['msg'])}"
     if error["type"] not in ("missing", "extra_forbidden"):
         line += f", got {error['input']!r} ({type(error['input']).__name__})"

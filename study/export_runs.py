@@ -11,9 +11,11 @@ A run file is the run's record -- its params and metrics as the pipeline's `reco
 (`metrics/record_fewshot.json`, else `metrics/record.json`), which DVC keeps true to the run -- plus
 where and when it ran: the commit (an experiment's baseline), the time, the params that differ from
 that commit's params.yaml (`corpus.source` and `seed` always) and the tracked files other than
-outputs that differed from that commit (`uncommitted_code`: empty for a run of committed code). A
-record counts only with the run's own params: an experiment that stopped at `record` keeps its
-baseline's `record_fewshot.json`. JSON with sorted keys, so the same run gives the same bytes.
+outputs that differed from that commit (`uncommitted_code`: empty for a run of committed code). Every
+study run ends at a record stage, and `record_fewshot` is made from `record`, so `record.json` with
+the run's own params is the run's; `record_fewshot.json` counts only if it was made from that
+`record.json` (an experiment that stopped at `record` keeps its baseline's). JSON with sorted keys,
+so the same run gives the same bytes.
 """
 
 from __future__ import annotations
@@ -71,14 +73,21 @@ def changed_params(params: dict, defaults: dict) -> dict:
     return changed
 
 
-def run_record(read: Callable[[str], str | None]) -> dict | None:
-    """The run's record: the fullest one made with the run's own params, or None (not finished)."""
-    params = yaml.safe_load(read("params.yaml") or "") or {}
-    for path in RECORDS:
-        text = read(path)
-        if text is not None and json.loads(text)["params"] == params:
-            return json.loads(text)
-    return None
+def run_record(read: Callable[[str], str | None]) -> tuple[str, dict] | None:
+    """The run's record and its path, or None (the run did not finish). `record.json` counts when its
+    params are the run's own (every study run ends at a record stage, so DVC made it for this run); the
+    fuller `record_fewshot.json` when it was made from that record (not left by the baseline)."""
+    params = json.loads(json.dumps(yaml.safe_load(read("params.yaml") or "") or {}))  # keys as JSON has them
+    loop_text = read(RECORDS[1])
+    loop = json.loads(loop_text) if loop_text else None
+    if loop is None or loop["params"] != params:
+        return None
+    fewshot_text = read(RECORDS[0])
+    fewshot = json.loads(fewshot_text) if fewshot_text else None
+    if fewshot and fewshot["params"] == params and all(
+            fewshot["metrics"].get(path) == value for path, value in loop["metrics"].items()):
+        return RECORDS[0], fewshot
+    return RECORDS[1], loop
 
 
 def run_file(name: str, source: str, commit: str, experiment: str | None, ran_at: str, record: dict,
@@ -121,26 +130,26 @@ def experiments(pattern: str = "*") -> list[dict]:
 
 
 def export_experiment(entry: dict) -> dict | None:
-    record = run_record(read_at(entry["experiment"]))
+    found = run_record(read_at(entry["experiment"]))
     changed = git("diff", "--name-only", entry["commit"], entry["experiment"]).split()
-    return record and run_file(entry["name"], "dvc exp", entry["commit"], entry["experiment"], entry["ran_at"],
-                               record, code_changes(changed))  # `dvc exp run --queue` runs uncommitted changes too
+    return found and run_file(entry["name"], "dvc exp", entry["commit"], entry["experiment"], entry["ran_at"],
+                              found[1], code_changes(changed))  # `dvc exp run --queue` runs uncommitted changes too
 
 
 def export_commit(rev: str, name: str) -> dict | None:
     """A run committed to the history (a `dvc repro` whose dvc.lock and metrics were committed)."""
     commit = git("rev-parse", f"{rev}^{{commit}}").strip()
-    record = run_record(read_at(commit))
-    return record and run_file(name, "commit", commit, None, git("show", "-s", "--format=%cI", commit).strip(),
-                               record, [])
+    found = run_record(read_at(commit))
+    return found and run_file(name, "commit", commit, None, git("show", "-s", "--format=%cI", commit).strip(),
+                              found[1], [])
 
 
 def export_workspace(name: str) -> dict | None:
-    record = run_record(read_at(None))
-    if record is None:
+    found = run_record(read_at(None))
+    if found is None:
         return None
-    made = max(Path(path).stat().st_mtime for path in RECORDS if Path(path).exists())
-    ran_at = datetime.datetime.fromtimestamp(int(made), datetime.timezone.utc).isoformat()
+    path, record = found
+    ran_at = datetime.datetime.fromtimestamp(int(Path(path).stat().st_mtime), datetime.timezone.utc).isoformat()
     return run_file(name, "workspace", git("rev-parse", "HEAD").strip(), None, ran_at, record,
                     code_changes(git("diff", "--name-only", "HEAD").split()))
 
@@ -192,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, export in exports:
         run = export()
         if run is None:
-            print(f"skipped {name}: no run record made with its params ({' or '.join(RECORDS)}): the run "
-                  "did not finish, or stopped before `record`")
+            print(f"skipped {name}: no run record made with its params ({RECORDS[1]}): the run did not finish, "
+                  "or stopped before `record`")
             continue
         message = write_run(run, args.runs_dir, args.force)
         refused += message.startswith("REFUSED")

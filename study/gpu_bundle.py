@@ -22,7 +22,6 @@ network, DVC, blingfire or registry-packaged models. The bundle (git-ignored, un
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -74,8 +73,8 @@ def prepare_manpages(dest: Path) -> dict:
 
     raw = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
     config = parse_config(raw)
-    config = dataclasses.replace(config, seed=0, corpus=dataclasses.replace(config.corpus, source="manpages",
-                                                                            max_documents=None))
+    config = config.model_copy(update=dict(seed=0, corpus=config.corpus.model_copy(
+        update=dict(source="manpages", max_documents=None))))
     documents, sentences, stats = prepare_corpus(config)
     dest.mkdir(parents=True)
     documents.to_parquet(dest / "documents.parquet", index=False)

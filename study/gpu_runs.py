@@ -280,7 +280,9 @@ def worker(index: int, bundle: Path, runs_dir: Path, out: Path, deadline: float)
                 t0 = time.perf_counter()
                 run_stage_module(command)
                 seconds[command.removeprefix("python -m stages.")] = round(time.perf_counter() - t0, 2)
-            made = next(Path(path) for path in RECORDS if Path(path).exists())  # the pipeline's own run record
+            made = next((Path(path) for path in RECORDS if Path(path).exists()), None)  # the pipeline's run record
+            if made is None:
+                raise RuntimeError(f"no run record ({' or '.join(RECORDS)}): the plan's commands end before `record`")
             record.update(json.loads(made.read_text()))  # params and metrics: importing is a copy
         except Exception as error:
             traceback.print_exc()

@@ -112,7 +112,7 @@ def verdict(found: dict) -> str:
             f"On {CORPUS_NAMES[corpus]}, InfoCSE {gain_words(infocse, SEED_MODEL_WEIGHTS[0])}, "
             f"{level_words(data['infocse_minus_neighbours'], 'one round of neighbour pairs')}, and "
             f"{level_words(data['infocse_minus_larger'], f'{LARGER_MODEL} used as it is')}.")
-        if data["from_larger"]["n"] == len(PRESET_SEEDS):  # a user's stronger model: said once its runs are in
+        if data["from_larger"]["n"] == data["from_larger_minus_neighbours"]["n"] == len(PRESET_SEEDS):  # once all in
             sentences.append(
                 f"Started from {LARGER_MODEL} on {CORPUS_NAMES[corpus]}, InfoCSE "
                 f"{gain_words(data['from_larger'], f'{LARGER_MODEL} as it is')}, "

@@ -234,6 +234,17 @@ def test_iteration_chain_is_checked(iterations, message):
     assert len(lines) == 1 and message in lines[0], lines
 
 
+def test_each_bad_link_of_a_chain_is_its_own_line_naming_it():
+    lines = problems(with_values(repo_params(), {"iterations": {"1": {"prev": 5}, "2": {"prev": 7}}}))
+    assert lines == ["params `iterations.1.prev` must be 0, got 5", "params `iterations.2.prev` must be 1, got 7"]
+
+
+def test_a_value_with_braces_is_shown_as_it_is():
+    assert problems(with_values(repo_params(), {"idc.method": {"a"}, "iterations": {"a"}})) == [
+        "params `idc.method` must be one of ['partition', 'kmeans'], got {'a'} (set)",
+        "params `iterations` must be a mapping of numbered items, got {'a'} (set)"]
+
+
 def test_iteration_chain_in_order():
     assert config_with({"iterations": {"2": {"prev": 1}, "1": {"prev": 0}}}).iterations == [1, 2]
     assert config_with({"iterations": {1: {"prev": 0}}}).iterations == [1]
@@ -254,6 +265,9 @@ def test_plusplus_round_chain_in_order_and_may_be_empty():
     rounds = {"3": {"prev": "round-2"}, "2": {"prev": "best"}}
     assert config_with({"plusplus": {"rounds": rounds}}).plusplus.rounds == {2: "best", 3: "round-2"}
     assert config_with({"plusplus": {"rounds": {}}}).plusplus.rounds == {}
+    raw = repo_params()
+    raw["plusplus"]["rounds"] = None  # `rounds:` with every item commented out
+    assert parse_config(raw).plusplus.rounds == {}
 
 
 def documented_params() -> set[str]:

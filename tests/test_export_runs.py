@@ -23,7 +23,8 @@ if sys.argv[1] == "prepare":
     open("data/corpus.txt", "w").write(f"corpus {p['seed']}\\n")
     json.dump({"documents": 10 + p["seed"]}, open("metrics/corpus.json", "w"))
 elif sys.argv[1] == "select":
-    json.dump({"iteration": 1, "pairs": p["budget"]["max_pairs"], "curve": [1, 2]}, open("metrics/best.json", "w"))
+    json.dump({"iteration": 1, "pairs": p["budget"]["max_pairs"] + int(os.environ.get("EXTRA", "0")), "curve": [1, 2]},
+              open("metrics/best.json", "w"))
 else:
     json.dump({"test": {"recall@1": 0.5 + p["seed"]}}, open("metrics/finetuned/f0.json", "w"))
 """
@@ -45,17 +46,17 @@ stages:
     cmd: python -m stages.record metrics/record.json metrics/corpus.json metrics/best.json
     deps: [metrics/corpus.json, metrics/best.json]
     params: [{params.yaml: null}]
-    metrics: [{metrics/record.json: {cache: false}}]
+    outs: [{metrics/record.json: {cache: false}}]
   finetune:
     cmd: python step.py finetune
     deps: [step.py, data/corpus.txt]
     params: [seed]
     metrics: [{metrics/finetuned/f0.json: {cache: false}}]
   record_fewshot:
-    cmd: python -m stages.record metrics/record_fewshot.json metrics/corpus.json metrics/best.json metrics/finetuned
-    deps: [metrics/corpus.json, metrics/best.json, metrics/finetuned]
+    cmd: python -m stages.record metrics/record_fewshot.json --base metrics/record.json metrics/finetuned
+    deps: [metrics/record.json, metrics/finetuned]
     params: [{params.yaml: null}]
-    metrics: [{metrics/record_fewshot.json: {cache: false}}]
+    outs: [{metrics/record_fewshot.json: {cache: false}}]
 """
 ENV = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "DVC_NO_ANALYTICS": "1",
        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -82,6 +83,30 @@ def project(tmp_path_factory) -> Path:
     sh("git", "commit", "-qm", "baseline", cwd=root)
     sh(sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "s1", "-S", "seed=1", "record", cwd=root)
     return root
+
+
+def test_a_record_the_baseline_left_is_not_taken_even_with_the_same_params(tmp_path):
+    """The baseline's params, but select's code changed (uncommitted, as `dvc exp run` takes it): the
+    experiment stops at `record`, and the baseline's record with fine-tuning, whose params are the
+    same, was not made from this run's record, so the run file is the loop's record alone."""
+    root = tmp_path / "same"
+    root.mkdir()
+    (root / "step.py").write_text(STEP)
+    (root / "dvc.yaml").write_text(DVC_YAML)
+    (root / "params.yaml").write_text("seed: 0\ncorpus:\n  source: bbc\nbudget:\n  max_pairs: 10\n")
+    (root / ".gitignore").write_text("/data\n/results\n")
+    sh("git", "init", "-q", cwd=root)
+    sh(sys.executable, "-m", "dvc", "init", "-q", cwd=root)
+    sh(sys.executable, "-m", "dvc", "repro", "-q", cwd=root)
+    sh("git", "add", "-A", cwd=root)
+    sh("git", "commit", "-qm", "baseline", cwd=root)
+    (root / "step.py").write_text(STEP.replace('os.environ.get("EXTRA", "0")', '"5"'))
+    sh(sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "same", "record", cwd=root)
+    result = export(root, "--match", "same")
+    assert result.returncode == 0, result.stderr
+    run = json.loads((root / "study/runs/same.json").read_text())
+    assert run["metrics"]["metrics/best.json"]["pairs"] == 15 and run["uncommitted_code"] == ["step.py"]
+    assert "metrics/finetuned/f0.json" not in run["metrics"]
 
 
 def export(root: Path, *args: str) -> subprocess.CompletedProcess:

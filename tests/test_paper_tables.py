@@ -327,8 +327,9 @@ def test_infocse_from_the_larger_model_is_paired_with_it_as_it_is_and_with_neigh
 
 
 def test_the_readme_verdict_speaks_of_infocse_from_the_larger_model_once_its_planned_seeds_are_in():
-    """Two of the three planned seeds: no sentence (n is fixed before looking); all three: the gain over
-    the larger model as it is and the lead over neighbour pairs from it, with their intervals."""
+    """Two of the three planned seeds, or no neighbour pairs from it: no sentence (n is fixed before
+    looking); all three: the gain over the larger model as it is and the lead over neighbour pairs from
+    it, with their intervals."""
     from study import readme_results
 
     larger = {"seed_model": paper.LARGER_MODEL}
@@ -337,6 +338,7 @@ def test_the_readme_verdict_speaks_of_infocse_from_the_larger_model_once_its_pla
     mpnet = [make_run(f"mpnet-infocse-s{seed}", seed, "none", [state(0.6), state(0.63 + 0.01 * seed, 0.7)], best=1,
                       **larger) for seed in range(3)]
     assert "Started from" not in readme_results.verdict(readme_results.comparisons(runs + mpnet[:2]))
+    assert "Started from" not in readme_results.verdict(readme_results.comparisons(runs[:3] + mpnet))  # no neighbours
     text = readme_results.verdict(readme_results.comparisons(runs + mpnet))
     assert (f"Started from all-mpnet-base-v2 on BBC News, InfoCSE gained "
             f"{paper.format_interval(t_interval([0.03, 0.04, 0.05]))} test R@1 over all-mpnet-base-v2 as it is, ahead "
