@@ -8,7 +8,7 @@
     python -m study.export_runs --force                # replace run files whose content changed
 
 A run file is the run's record -- its params and metrics as the pipeline's `record` stages write them
-(`metrics/record_fewshot.json`, else `metrics/record.json`), which DVC keeps true to the run -- plus
+(`record/fewshot.json`, else `record/loop.json`), which DVC keeps true to the run -- plus
 where and when it ran: the commit (an experiment's baseline), the time, the params that differ from
 that commit's params.yaml (`corpus.source` and `seed` always) and the tracked files other than
 outputs that differed from that commit (`uncommitted_code`: empty for a run of committed code). Every
@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 RUNS_DIR = Path("study/runs")
-RECORDS = ("metrics/record_fewshot.json", "metrics/record.json")  # the fuller first
+RECORDS = ("record/fewshot.json", "record/loop.json")  # the fuller first
 ALWAYS_RECORDED = ("corpus.source", "seed")
 # What a run writes or sets: a run whose files differ from its commit only here ran that commit's code.
 RUN_OUTPUTS = ("dvc.lock", "params.yaml", "metrics/", "reports/", "results/")

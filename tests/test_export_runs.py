@@ -43,20 +43,20 @@ stages:
     params: [budget]
     metrics: [{metrics/best.json: {cache: false}}]
   record:
-    cmd: python -m stages.record metrics/record.json metrics/corpus.json metrics/best.json
+    cmd: python -m stages.record record/loop.json metrics/corpus.json metrics/best.json
     deps: [metrics/corpus.json, metrics/best.json]
     params: [{params.yaml: null}]
-    outs: [{metrics/record.json: {cache: false}}]
+    outs: [{record/loop.json: {cache: false}}]
   finetune:
     cmd: python step.py finetune
     deps: [step.py, data/corpus.txt]
     params: [seed]
     metrics: [{metrics/finetuned/f0.json: {cache: false}}]
   record_fewshot:
-    cmd: python -m stages.record metrics/record_fewshot.json --base metrics/record.json metrics/finetuned
-    deps: [metrics/record.json, metrics/finetuned]
+    cmd: python -m stages.record record/fewshot.json --base record/loop.json metrics/finetuned
+    deps: [record/loop.json, metrics/finetuned]
     params: [{params.yaml: null}]
-    outs: [{metrics/record_fewshot.json: {cache: false}}]
+    outs: [{record/fewshot.json: {cache: false}}]
 """
 ENV = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "DVC_NO_ANALYTICS": "1",
        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}

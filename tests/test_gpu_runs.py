@@ -137,8 +137,8 @@ def test_the_gpu_plan_runs_the_study_plans_sets_to_their_targets(tmp_path, monke
             gpu_runs.set_dotted(params, key, value)
         commands = gpu_runs.stage_commands(tmp_path, params, *run["targets"])
         ends[set_name] = (commands[-1].split()[:4], any(c.startswith("python -m stages.finetune") for c in commands))
-    assert ends == {"main": (["python", "-m", "stages.record", "metrics/record.json"], False),
-                    "fewshot": (["python", "-m", "stages.record", "metrics/record_fewshot.json"], True)}
+    assert ends == {"main": (["python", "-m", "stages.record", "record/loop.json"], False),
+                    "fewshot": (["python", "-m", "stages.record", "record/fewshot.json"], True)}
 
 
 def test_seed_model_here_is_the_published_weights_rounded_to_fp16_in_fp32(tmp_path):

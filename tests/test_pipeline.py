@@ -38,11 +38,11 @@ def test_chain_runs_and_writes_metrics(built_project):
 
 
 def test_the_run_records_hold_every_param_and_the_metrics_of_their_stages(built_project):
-    """metrics/record.json (the loop) and metrics/record_fewshot.json (with fine-tuning) are what
+    """record/loop.json (the loop) and record/fewshot.json (with fine-tuning) are what
     the study exports: the whole params.yaml, and each metrics file of their inputs as written."""
     project, _ = built_project
     params = yaml.safe_load((project / "params.yaml").read_text())
-    loop, fewshot = (json.loads((project / f"metrics/{name}.json").read_text()) for name in RECORD_STAGES)
+    loop, fewshot = (json.loads((project / f"record/{name}.json").read_text()) for name in ("loop", "fewshot"))
     assert loop["params"] == fewshot["params"] == params
     written = {path.relative_to(project).as_posix(): json.loads(path.read_text())
                for path in (project / "metrics").rglob("*.json")}
