@@ -37,7 +37,7 @@ RUNS_DIR = Path("study/runs")
 RECORDS = ("record/fewshot.json", "record/loop.json")  # the fuller first
 ALWAYS_RECORDED = ("corpus.source", "seed")
 # What a run writes or sets: a run whose files differ from its commit only here ran that commit's code.
-RUN_OUTPUTS = ("dvc.lock", "params.yaml", "metrics/", "reports/", "results/")
+RUN_OUTPUTS = ("dvc.lock", "params.yaml", "metrics/", "record/", "reports/", "results/")
 
 
 def git(*args: str) -> str:

@@ -245,7 +245,8 @@ def test_fp16_on_the_cpu_stops_the_stage(scratch):
 
 # ---------------------------------------------------------------- unusual corpora that must run
 PIPELINE = ["prepare", "init", "evaluate_init", "first_round_model", "embed@1", "cluster@1", "train@1", "evaluate@1",
-            "select", "labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus", "report"]
+            "select", "labels", "finetune@f0", "finetune@best", "plusplus@2", "plusplus@3", "select_plusplus", "report",
+            "record", "record_fewshot"]
 
 
 @pytest.fixture(scope="module")
