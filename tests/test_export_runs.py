@@ -23,8 +23,7 @@ if sys.argv[1] == "prepare":
     open("data/corpus.txt", "w").write(f"corpus {p['seed']}\\n")
     json.dump({"documents": 10 + p["seed"]}, open("metrics/corpus.json", "w"))
 elif sys.argv[1] == "select":
-    json.dump({"iteration": 1, "pairs": p["budget"]["max_pairs"] + int(os.environ.get("EXTRA", "0")), "curve": [1, 2]},
-              open("metrics/best.json", "w"))
+    json.dump({"iteration": 1, "pairs": p["budget"]["max_pairs"], "curve": [1, 2]}, open("metrics/best.json", "w"))
 else:
     json.dump({"test": {"recall@1": 0.5 + p["seed"]}}, open("metrics/finetuned/f0.json", "w"))
 """
@@ -68,10 +67,9 @@ def sh(*args: str, cwd: Path) -> str:
     return result.stdout
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    """Baseline: every stage at seed 0. Experiment `s1`: seed 1, only up to `record` (no fine-tuning)."""
-    root = tmp_path_factory.mktemp("exp-project")
+def baseline_project(root: Path) -> Path:
+    """A scratch project with every stage run at seed 0, committed: the experiments' baseline."""
+    root.mkdir(exist_ok=True)
     (root / "step.py").write_text(STEP)
     (root / "dvc.yaml").write_text(DVC_YAML)
     (root / "params.yaml").write_text("seed: 0\ncorpus:\n  source: bbc\nbudget:\n  max_pairs: 10\n")
@@ -81,6 +79,13 @@ def project(tmp_path_factory) -> Path:
     sh(sys.executable, "-m", "dvc", "repro", "-q", cwd=root)
     sh("git", "add", "-A", cwd=root)
     sh("git", "commit", "-qm", "baseline", cwd=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """The baseline, and experiment `s1`: seed 1, only up to `record` (no fine-tuning)."""
+    root = baseline_project(tmp_path_factory.mktemp("exp-project"))
     sh(sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "s1", "-S", "seed=1", "record", cwd=root)
     return root
 
@@ -89,18 +94,9 @@ def test_a_record_the_baseline_left_is_not_taken_even_with_the_same_params(tmp_p
     """The baseline's params, but select's code changed (uncommitted, as `dvc exp run` takes it): the
     experiment stops at `record`, and the baseline's record with fine-tuning, whose params are the
     same, was not made from this run's record, so the run file is the loop's record alone."""
-    root = tmp_path / "same"
-    root.mkdir()
-    (root / "step.py").write_text(STEP)
-    (root / "dvc.yaml").write_text(DVC_YAML)
-    (root / "params.yaml").write_text("seed: 0\ncorpus:\n  source: bbc\nbudget:\n  max_pairs: 10\n")
-    (root / ".gitignore").write_text("/data\n/results\n")
-    sh("git", "init", "-q", cwd=root)
-    sh(sys.executable, "-m", "dvc", "init", "-q", cwd=root)
-    sh(sys.executable, "-m", "dvc", "repro", "-q", cwd=root)
-    sh("git", "add", "-A", cwd=root)
-    sh("git", "commit", "-qm", "baseline", cwd=root)
-    (root / "step.py").write_text(STEP.replace('os.environ.get("EXTRA", "0")', '"5"'))
+    root = baseline_project(tmp_path / "same")
+    pairs = '"pairs": p["budget"]["max_pairs"]'
+    (root / "step.py").write_text(STEP.replace(pairs, pairs + " + 5"))
     sh(sys.executable, "-m", "dvc", "exp", "run", "-q", "-n", "same", "record", cwd=root)
     result = export(root, "--match", "same")
     assert result.returncode == 0, result.stderr
