@@ -46,7 +46,7 @@ def resolve_device(name: str | None) -> str:
 
 
 # ---------------------------------------------------------------- encoding: precision and batch size
-AUTO_ENCODE_BATCH_SIZE = {"cuda": 512}  # params `embed/evaluate.batch_size: auto`; other devices: the CPU default
+AUTO_ENCODE_TOKENS = {"cuda": 512 * 128}  # params `embed/evaluate.batch_size: auto` on CUDA: padded tokens per batch
 CPU_ENCODE_BATCH_SIZE = 64  # what `auto` means off CUDA: the batch size the pipeline always encoded with
 
 
@@ -112,13 +112,15 @@ def precisions(*ran: str) -> str:
     return "+".join(sorted({part for value in ran for part in value.split("+")}))
 
 
-def encode_batch_size(batch_size: int | None, device) -> int:
-    """params `embed.batch_size` / `evaluate.batch_size`: a number as given; None ("auto"): a
-    GPU-sized batch on CUDA, and on other devices the batch the pipeline always used (so CPU
-    outputs do not change: the batch sets the padding, which moves the last bits)."""
+def encode_batching(batch_size: int | None, device) -> tuple[int | None, int | None]:
+    """params `embed.batch_size` / `evaluate.batch_size` as (texts per batch, padded tokens per
+    batch), one of them None: a number is that many texts; None ("auto") is a token budget on CUDA
+    (short texts in big batches), and on other devices the 64 texts the pipeline always used (so
+    CPU outputs do not change: the batch sets the padding, which moves the last bits)."""
     if batch_size is not None:
-        return int(batch_size)
-    return AUTO_ENCODE_BATCH_SIZE.get(device_type(device), CPU_ENCODE_BATCH_SIZE)
+        return int(batch_size), None
+    budget = AUTO_ENCODE_TOKENS.get(device_type(device))
+    return (None, budget) if budget else (CPU_ENCODE_BATCH_SIZE, None)
 
 
 @contextlib.contextmanager

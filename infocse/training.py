@@ -31,6 +31,7 @@ from infocse.live import live_callback
 from infocse.models import check_precision, sequence_length
 from infocse.pairs import document_codes
 from infocse.sampler import batch_statistics, precomputed_batch_sampler, sampled_batches
+from infocse.tokens import table_preprocess
 
 
 def distributed_world() -> tuple[int, int]:
@@ -111,6 +112,7 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
     learning rate as `phase`'s live curves while it trains."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.data_collator import SentenceTransformerDataCollator
     from transformers import set_seed
 
     precision = check_precision(device, training.precision)
@@ -138,7 +140,9 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
         logging_nan_inf_filter=False,  # the trainer would log a NaN step loss as the mean of the others
         dataloader_num_workers=dataloader_workers(device, world), disable_tqdm=False, **distributed,
     )
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss,
+    # the pair table's texts tokenized once, not at every step: the same tensors reach the loss
+    collator = SentenceTransformerDataCollator(table_preprocess(model, pairs["text_a"].tolist() + pairs["text_b"].tolist()))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, data_collator=collator,
                                          callbacks=[finite_loss_callback(label),
                                                     *([live_callback(live, phase)] if live is not None else [])])
     result = trainer.train()

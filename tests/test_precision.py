@@ -14,7 +14,7 @@ from conftest import TOPICS, config_with, tiny_documents
 
 from infocse.embedding import embed_sentences
 from infocse.errors import StageError
-from infocse.models import check_precision, encode_batch_size, encoding_dtype, load_model, weights_in
+from infocse.models import check_precision, encode_batching, encoding_dtype, load_model, weights_in
 from infocse.retrieval import rank_queries, score_model
 
 SENTENCES = [sentence for sentences in TOPICS.values() for sentence in sentences]
@@ -93,15 +93,15 @@ def test_unknown_precision_is_refused():
 
 
 @pytest.mark.parametrize("batch_size, device, expected", [
-    (None, "cpu", 64),  # the batch the pipeline always encoded with on CPU
-    (None, torch.device("cpu"), 64),
-    (None, "cuda", 512),
-    (None, torch.device("cuda", 1), 512),
-    (32, "cuda", 32),
-    (7, "cpu", 7),
+    (None, "cpu", (64, None)),  # the batch the pipeline always encoded with on CPU
+    (None, torch.device("cpu"), (64, None)),
+    (None, "cuda", (None, 65536)),  # a token budget: 512 texts of 128 tokens
+    (None, torch.device("cuda", 1), (None, 65536)),
+    (32, "cuda", (32, None)),
+    (7, "cpu", (7, None)),
 ])
 def test_auto_batch_size_by_device(batch_size, device, expected):
-    assert encode_batch_size(batch_size, device) == expected
+    assert encode_batching(batch_size, device) == expected
 
 
 def test_params_accept_auto_batch_size_for_encoding_only():
