@@ -2,13 +2,14 @@
 
 `SentenceTransformer.encode` and the trainer's collator tokenize every batch as it comes, in the
 loop, and again for the same texts in every call. Here a stage tokenizes each text set once, with
-the model's own preprocessing (the fast tokenizer's batch call over the whole set, unpadded),
+the model's own preprocessing (the fast tokenizer's batch call, thousands of texts a call, unpadded),
 keeps the ids flat in numpy, and pads each batch with array indexing: the padded batches are
 exactly the tensors the model's own per-batch call would make (tests/test_tokens.py checks that).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from infocse.errors import StageError
 
 # token key -> what its padding positions hold (None: the tokenizer's pad token / pad type id)
 PAD_VALUES = {"input_ids": None, "token_type_ids": None, "attention_mask": 0, "special_tokens_mask": 1}
+CHUNK = 8192  # texts per call of the fast tokenizer
 CACHED_SETS = 4  # text sets kept per process: InfoCSE++ encodes the same sentences and documents every iteration
 _cache: OrderedDict = OrderedDict()
 
@@ -44,32 +46,41 @@ class TokenTable:
             columns = columns - (width - lengths[:, None])
         inside = (columns >= 0) & (columns < lengths[:, None])
         positions = np.where(inside, self.offsets[rows, None] + columns, 0)
-        features = {key: torch.from_numpy(np.where(inside, ids[positions], self.pad_values[key]).astype(np.int64))
+        features = {key: torch.from_numpy(np.where(inside, ids[positions].astype(np.int64), self.pad_values[key]))
                     for key, ids in self.flat.items()}
         return {**features, **self.passed_through}
 
 
 def tokenize(model, texts: list[str]) -> TokenTable:
-    """Tokenize `texts` once, at the model's current max sequence length."""
+    """Tokenize `texts` once, at the model's current max sequence length, `CHUNK` texts per call of
+    the fast tokenizer (the Python lists it returns cost ~50 bytes a token; the table 6)."""
     from sentence_transformers.base.modules.transformer import Transformer
 
     if not isinstance(model[0], Transformer):
         raise StageError(f"the model's first module is {type(model[0]).__name__}; the pipeline encodes and trains "
                          "transformer models (a sentence-transformers Transformer module first)")
-    output = model.preprocess(texts, processing_kwargs={"text": {"padding": False}, "common": {"return_tensors": None}})
     tokenizer = model.tokenizer
     pads = {"input_ids": tokenizer.pad_token_id, "token_type_ids": tokenizer.pad_token_type_id}
-    token_keys = [key for key, value in output.items() if isinstance(value, list)]
-    unknown = [key for key in token_keys if key not in PAD_VALUES]
-    if unknown:
-        raise StageError(f"the model's tokenizer returns {unknown}, which the pipeline does not know how to pad")
-    lengths = np.fromiter((len(ids) for ids in output["input_ids"]), dtype=np.int64, count=len(texts))
+    lengths, flat, passed_through = [], {}, {}
+    for start in range(0, len(texts), CHUNK):
+        output = model.preprocess(texts[start:start + CHUNK],
+                                  processing_kwargs={"text": {"padding": False}, "common": {"return_tensors": None}})
+        unknown = [key for key, value in output.items() if isinstance(value, list) and key not in PAD_VALUES]
+        if unknown:
+            raise StageError(f"the model's tokenizer returns {unknown}, which the pipeline does not know how to pad")
+        chunk_lengths = np.fromiter(map(len, output["input_ids"]), dtype=np.int64, count=len(output["input_ids"]))
+        lengths.append(chunk_lengths)
+        for key, value in output.items():
+            if isinstance(value, list):
+                ids = np.fromiter(itertools.chain.from_iterable(value), dtype=np.int64, count=int(chunk_lengths.sum()))
+                flat.setdefault(key, []).append(ids.astype(np.int32 if key == "input_ids" else np.int8))
+            else:
+                passed_through[key] = value
+    lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    flat = {key: np.fromiter((token for ids in output[key] for token in ids), dtype=np.int64, count=int(lengths.sum()))
-            for key in token_keys}
-    pad_values = {key: PAD_VALUES[key] if PAD_VALUES[key] is not None else pads[key] for key in token_keys}
-    return TokenTable(flat, offsets, lengths, pad_values, tokenizer.padding_side,
-                      {key: value for key, value in output.items() if key not in token_keys})
+    pad_values = {key: PAD_VALUES[key] if PAD_VALUES[key] is not None else pads[key] for key in flat}
+    return TokenTable({key: np.concatenate(parts) for key, parts in flat.items()}, offsets, lengths, pad_values,
+                      tokenizer.padding_side, passed_through)
 
 
 def tokens_of(model, texts: list[str]) -> TokenTable:

@@ -10,6 +10,7 @@ import torch
 from conftest import tiny_documents
 from test_train import SEED, TRAIN, tiny_pairs
 
+import infocse.tokens
 import infocse.training
 from infocse.embedding import token_budget_batches
 from infocse.models import load_model
@@ -29,7 +30,9 @@ def assert_same_features(ours: dict, library: dict) -> None:
 
 @pytest.mark.parametrize("max_length", [5, 30])
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_a_padded_batch_is_the_models_own_preprocessing(tiny_model_dir, max_length, side):
+@pytest.mark.parametrize("chunk", [3, 8192])
+def test_a_padded_batch_is_the_models_own_preprocessing(tiny_model_dir, monkeypatch, max_length, side, chunk):
+    monkeypatch.setattr(infocse.tokens, "CHUNK", chunk)  # texts per tokenizer call: chunks join seamlessly
     model = load_model(tiny_model_dir, "cpu", max_length)
     model.tokenizer.padding_side = side
     table = tokenize(model, TEXTS)
