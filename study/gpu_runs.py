@@ -317,8 +317,9 @@ def run(args: argparse.Namespace) -> None:
     fp32_seed_model(args.bundle / "model", args.runs_dir / SEED_MODEL_FOLDER)
     deadline = time.time() + args.deadline_seconds
     threads = str(max(1, (os.cpu_count() or 2) // args.workers))
+    # one worker tokenizes over every core; several would oversubscribe them
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "true" if args.workers == 1 else "false"}
     procs = [subprocess.Popen([sys.executable, "-m", "study.gpu_runs", "run", "--worker", str(i),
                                "--bundle", str(args.bundle), "--runs-dir", str(args.runs_dir), "--out", str(args.out),
                                "--deadline-at", str(deadline)], env=env) for i in range(args.workers)]
