@@ -31,8 +31,16 @@ from matplotlib.ticker import MaxNLocator
 
 from infocse.io import write_text
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
-from study.compare_experiments import (BASELINE_NAMES, RUNS_DIR, canonical, evaluation_of, label, load_runs,
-                                         setting_of, varying_keys)
+from study.compare_experiments import (
+    BASELINE_NAMES,
+    RUNS_DIR,
+    canonical,
+    evaluation_of,
+    label,
+    load_runs,
+    setting_of,
+    varying_keys,
+)
 from study.template import render_template
 
 REPORT = Path("study/reports/fewshot.md")
@@ -61,7 +69,7 @@ def run_cells(run: dict) -> list[dict]:
     base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
             "budget": budget_of(params), "run": run["name"], "ran_at": run.get("ran_at") or "",
             "evaluation": canonical(evaluation_of(params, metrics)), "setting": canonical(setting),
-            "setting_params": setting}
+            "setting_params": setting, "curve": []}
     cells = []
     f0 = metrics.get("metrics/finetuned/f0.json")
     if f0 and "test" in f0 and (init == "none" or not loop_ran):
@@ -86,89 +94,92 @@ def plusplus_curve(metrics: dict) -> list[dict]:
             if value and not value.get("stopped") and "val" in value]
 
 
-def collect(runs: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
-    """One cell per (corpus, evaluation, setting, start, budget, seed): the newest run's."""
-    kept, dropped = {}, []
-    cells = [cell for run in runs for cell in run_cells(run)]
-    for cell in sorted(cells, key=lambda c: (c["ran_at"], c["run"]), reverse=True):
-        key = (cell["corpus"], cell["evaluation"], cell["setting"], cell["start"], cell["budget"], cell["seed"])
-        if key in kept:
-            dropped.append((cell["run"], kept[key]["run"]))
-        else:
-            kept[key] = cell
-    return sorted(kept.values(), key=lambda c: (c["corpus"], c["evaluation"], c["setting"], c["start"], c["budget"],
-                                                c["seed"])), sorted(set(dropped))
+KEY = ["corpus", "evaluation", "setting", "start", "budget", "seed"]
+COLUMNS = [*KEY, "run", "ran_at", "val", "test", "setting_params", "curve"]
 
 
-def best_baseline(cells: list[dict]) -> str | None:
+def collect(runs: list[dict]) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """One row per (corpus, evaluation, setting, start, budget, seed), the newest run's, in that
+    order; and the (run, run kept instead) pairs left out."""
+    cells = pd.DataFrame([cell for run in runs for cell in run_cells(run)], columns=COLUMNS)
+    newest = cells.sort_values(["ran_at", "run"], ascending=False, kind="stable")
+    repeated = newest.duplicated(KEY)
+    kept = newest[~repeated]
+    dropped = newest[repeated].merge(kept[[*KEY, "run"]], on=KEY, suffixes=("", "_kept"))
+    return (kept.sort_values(KEY, kind="stable").reset_index(drop=True),
+            sorted(set(zip(dropped["run"], dropped["run_kept"]))))
+
+
+def best_baseline(cells: pd.DataFrame) -> str | None:
     """The baseline with the highest mean validation MRR@10 after fine-tuning (validation only),
     scored on the (budget, seed) runs every candidate has, since fine-tuned scores grow with the
     budget. Where the candidates share no run, only those run most often are candidates."""
-    runs = {}
-    for c in cells:
-        if c["start"] not in FIXED_STARTS:
-            runs.setdefault(c["start"], {})[(c["budget"], c["seed"])] = c["val"]["mrr@10"]
-    if not runs:
+    cells = pd.DataFrame(cells, columns=COLUMNS)  # or a list of cells (study/paper_tables.py)
+    candidates = cells[~cells["start"].isin(FIXED_STARTS)]
+    if candidates.empty:
         return None
-    shared = set.intersection(*(set(scores) for scores in runs.values()))
-    if not shared:
-        most = max(len(scores) for scores in runs.values())
-        runs = {start: scores for start, scores in runs.items() if len(scores) == most}
-    mean_val = {start: statistics.mean(v for key, v in scores.items() if not shared or key in shared)
-                for start, scores in runs.items()}
-    return max(sorted(mean_val), key=mean_val.get)
+    scores = candidates.assign(val=candidates["val"].map(lambda val: val["mrr@10"])).pivot(
+        index=["budget", "seed"], columns="start", values="val")
+    shared = scores.dropna()
+    if shared.empty:
+        counts = scores.count()
+        shared = scores.loc[:, counts == counts.max()]
+    means = {start: statistics.mean(shared[start].dropna()) for start in shared.columns}
+    return max(sorted(means), key=means.get)
 
 
 def budget_order(budget: str) -> tuple:
     return budget == "all", int(budget) if budget.isdigit() else 0
 
 
-def cell_text(group: list[dict]) -> str:
-    if not group:
+def cell_text(group: pd.DataFrame | list[dict]) -> str:
+    group = pd.DataFrame(group, columns=COLUMNS)
+    if group.empty:
         return "–"
     parts = []
     for metric in METRICS:
-        values = [c["test"][metric] for c in group]
+        values = [test[metric] for test in group["test"]]
         spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
         parts.append(f"{statistics.mean(values):.3f}{spread}")
     return " / ".join(parts) + f" (n = {len(group)})"
 
 
-def paired_differences(mine: list[dict], budgets: list[str], baseline: str | None, metric: str) -> list[str]:
+def paired_differences(mine: pd.DataFrame, budgets: list[str], baseline: str | None, metric: str) -> str:
     """Test `metric` of one starting point minus another's, paired by seed, per budget."""
     contrasts = [("InfoCSE", "seed model"), ("InfoCSE++", "InfoCSE"), ("InfoCSE++", "seed model")]
     if baseline:
         contrasts[1:1] = [(baseline, "seed model"), ("InfoCSE", baseline), ("InfoCSE++", baseline)]
+    score = mine.assign(score=mine["test"].map(lambda test: test[metric]))[["start", "budget", "seed", "score"]]
     records = []
     for first, second in contrasts:
+        pairs = score[score["start"] == first].merge(score[score["start"] == second], on=["budget", "seed"])
         record = [f"{first} − {second}"]
         for budget in budgets:
-            other = {c["seed"]: c for c in mine if c["start"] == second and c["budget"] == budget}
-            values = [c["test"][metric] - other[c["seed"]]["test"][metric]
-                      for c in mine if c["start"] == first and c["budget"] == budget and c["seed"] in other]
-            interval = t_interval(values)
-            record.append(f"{format_interval(interval)}: {verdict(interval)}" if values else "–")
+            paired = pairs[pairs["budget"] == budget]
+            interval = t_interval((paired["score_x"] - paired["score_y"]).tolist())
+            record.append(f"{format_interval(interval)}: {verdict(interval)}" if len(paired) else "–")
         records.append(record)
     return markdown_table(pd.DataFrame(records, columns=["difference", *(f"{b} labels" for b in budgets)]))
 
 
-def per_run_table(mine: list[dict], starts: list[str]) -> str:
+def per_run_table(mine: pd.DataFrame, starts: list[str]) -> str:
     order = {start: i for i, start in enumerate(starts)}
-    records = [{"start": c["start"], "labels": c["budget"], "seed": str(c["seed"]), "run": c["run"],
-                "val mrr@10": f"{c['val']['mrr@10']:.3f}", "test recall@1": f"{c['test']['recall@1']:.3f}",
-                "test mrr@10": f"{c['test']['mrr@10']:.3f}"}
-               for c in sorted(mine, key=lambda c: (order.get(c["start"], len(order)), c["start"],
-                                                    budget_order(c["budget"]), c["seed"]))]
-    return markdown_table(pd.DataFrame(records))
+    rows = mine.assign(order=mine["start"].map(lambda start: (order.get(start, len(order)), start)),
+                       labels=mine["budget"].map(budget_order)).sort_values(["order", "labels", "seed"])
+    return markdown_table(pd.DataFrame({
+        "start": rows["start"], "labels": rows["budget"], "seed": rows["seed"].astype(str), "run": rows["run"],
+        "val mrr@10": [f"{val['mrr@10']:.3f}" for val in rows["val"]],
+        "test recall@1": [f"{test['recall@1']:.3f}" for test in rows["test"]],
+        "test mrr@10": [f"{test['mrr@10']:.3f}" for test in rows["test"]]}))
 
 
-def group_section(mine: list[dict], title: str) -> dict:
+def group_section(mine: pd.DataFrame, title: str) -> dict:
     baseline = best_baseline(mine)
     starts = ["seed model", *([baseline] if baseline else []), "InfoCSE", "InfoCSE++"]
-    shown = [c for c in mine if c["start"] in starts]
-    budgets = sorted({c["budget"] for c in shown}, key=budget_order)  # not one only another baseline has
+    shown = mine[mine["start"].isin(starts)]
+    budgets = sorted(set(shown["budget"]), key=budget_order)  # not one only another baseline has
     records = [[f"best baseline: {start}" if start == baseline else start,
-                *(cell_text([c for c in shown if c["start"] == start and c["budget"] == b]) for b in budgets)]
+                *(cell_text(shown[(shown["start"] == start) & (shown["budget"] == b)]) for b in budgets)]
                for start in starts]
     return {"title": title,
             "cells": markdown_table(pd.DataFrame(records, columns=["start", *(f"{b} labels" for b in budgets)])),
@@ -178,40 +189,38 @@ def group_section(mine: list[dict], title: str) -> dict:
 
 def render(runs: list[dict]) -> str:
     cells, dropped = collect(runs)
-    if not cells:
+    if cells.empty:
         return render_template("fewshot.md", runs_dir=RUNS_DIR, empty="holds no run file" if not runs else
                                "holds no run with fine-tuning metrics")
     groups = []
-    for corpus in sorted({c["corpus"] for c in cells}):
-        mine = [c for c in cells if c["corpus"] == corpus]
-        settings = sorted({(c["evaluation"], c["setting"]) for c in mine})
+    for corpus, mine in cells.groupby("corpus", sort=True):
+        settings = list(mine.groupby(["evaluation", "setting"], sort=True).groups)
         keys = varying_keys([{**json.loads(e), **json.loads(s)} for e, s in settings])
-        for evaluation, setting in settings:
+        for (evaluation, setting), group in mine.groupby(["evaluation", "setting"], sort=True):
             title = f"## Corpus: {corpus}"
             if len(settings) > 1:
                 title += f" ({label({**json.loads(evaluation), **json.loads(setting)}, keys)})"
-            groups.append(group_section([c for c in mine if (c["evaluation"], c["setting"]) == (evaluation, setting)],
-                                        title))
+            groups.append(group_section(group, title))
     return render_template("fewshot.md", runs_dir=RUNS_DIR, empty="", groups=groups,
                            dropped="; ".join(f"{old} (kept {new})" for old, new in dropped))
 
 
 def plot_rounds(runs: list[dict], path: Path = PLOT) -> None:
     """InfoCSE++ fine-tuned MRR@10 per round, mean over runs, per corpus and budget."""
-    cells = [c for c in collect(runs)[0] if c.get("curve")]
+    cells = collect(runs)[0]
+    cells = cells[cells["curve"].map(bool).astype(bool)]
     figure = Figure(figsize=(6, 4))
     axis = figure.add_subplot()
-    evaluation_keys = varying_keys([json.loads(c["evaluation"]) for c in cells])  # e.g. a mix, a precision
-    for corpus, evaluation, budget in sorted({(c["corpus"], c["evaluation"], c["budget"]) for c in cells}):
-        curves = [c["curve"] for c in cells
-                  if (c["corpus"], c["evaluation"], c["budget"]) == (corpus, evaluation, budget)]
+    evaluation_keys = varying_keys([json.loads(e) for e in cells["evaluation"]])  # e.g. a mix, a precision
+    for (corpus, evaluation, budget), group in cells.groupby(["corpus", "evaluation", "budget"], sort=True):
+        curves = group["curve"].tolist()
         rounds = sorted({point["round"] for curve in curves for point in curve})
         where = f"{corpus} ({label(json.loads(evaluation), evaluation_keys)})" if evaluation_keys else corpus
         for split, style in (("val", "-"), ("test", "--")):
             means = [statistics.mean(p[split]["mrr@10"] for curve in curves for p in curve if p["round"] == r)
                      for r in rounds]
             axis.plot(rounds, means, style, marker="o", label=f"{where}, {budget} labels, {split} (n={len(curves)})")
-    if not cells:
+    if cells.empty:
         axis.text(0.5, 0.5, "no InfoCSE++ runs yet", ha="center", va="center")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("InfoCSE++ round")

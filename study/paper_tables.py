@@ -642,7 +642,7 @@ def sources(label: str, chosen: dict, older: dict, groups: dict, runs_by_name: d
 
 def render(runs: list[dict]) -> str:
     rows = zero_shot.collect(runs)[0]
-    cells = few_shot.collect(runs)[0]
+    cells = few_shot.collect(runs)[0].to_dict("records")
     runs_by_name = {run["name"]: run for run in runs}
     zero_groups, fewshot_groups = grouped(rows), grouped(cells)
     chosen, older = newest_groups(zero_groups, lambda items: any(r["method"] != SEED_MODEL for r in items))
@@ -707,7 +707,7 @@ def render(runs: list[dict]) -> str:
 
 def plot_fewshot(runs: list[dict], path: Path = PLOT) -> None:
     """Table 2 as lines: test R@1 after fine-tuning per label budget, one panel per corpus."""
-    fewshot_groups = grouped(few_shot.collect(runs)[0])
+    fewshot_groups = grouped(few_shot.collect(runs)[0].to_dict("records"))
     chosen = newest_groups(fewshot_groups, lambda items: True)[0]
     variants = shown_variants(chosen, mixed=False)
     budgets = fewshot_budgets(fewshot_groups, chosen)

@@ -108,8 +108,8 @@ def test_plusplus_curve_from_the_round_files():
     """Round 1 = finetune@best, round 2 ran, round 3 was skipped by the stop rule."""
     cells, _ = fewshot.collect([run("s0", 0, 100, f0=scores(0.5, 0.5), best=scores(0.52, 0.5),
                                     plusplus=scores(0.55, 0.6), max_rounds=3)])
-    (plusplus,) = [c for c in cells if c["start"] == "InfoCSE++"]
-    assert [(p["round"], p["val"]["mrr@10"]) for p in plusplus["curve"]] == [(1, 0.5), (2, 0.6)]
+    (curve,) = cells.loc[cells["start"] == "InfoCSE++", "curve"]
+    assert [(p["round"], p["val"]["mrr@10"]) for p in curve] == [(1, 0.5), (2, 0.6)]
 
 
 def test_a_run_without_fine_tuning_metrics_gives_no_cell_and_the_report_says_so(tmp_path, monkeypatch):
