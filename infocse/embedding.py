@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from infocse.errors import StageError
-from infocse.models import device_type, encode_batching, encoding_dtype, weights_in
-from infocse.tokens import tokens_of
+from infocse.models import CPU_ENCODE_BATCH_SIZE, device_type, encode_batching, encoding_dtype, weights_in
+from infocse.tokens import tokenizable, tokens_of
 
 
 def reduced_precision(model, dtype):
@@ -44,7 +44,7 @@ def token_budget_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray]:
 
 def embed_sentences(model, texts: list[str], batch_size: int | None, show_progress_bar: bool = True,
                     precision: str = "fp32") -> np.ndarray:
-    """The texts are tokenized once (`infocse.tokens`); a worker thread pads (and on CUDA pins)
+    """A transformer model's texts are tokenized once (`infocse.tokens`); a worker thread pads (and on CUDA pins)
     the next batch while the model computes this one; the vectors stay on the device until the
     end, normalised in float32, and come back in one copy. `batch_size` None is params `auto`:
     on CUDA a token budget, elsewhere `encode`'s 64 (`infocse.models.encode_batching`).
@@ -58,8 +58,13 @@ def embed_sentences(model, texts: list[str], batch_size: int | None, show_progre
     dtype = encoding_dtype(precision)
     if len(texts) == 0:
         return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
-    tokens = tokens_of(model, texts)
     size, budget = encode_batching(batch_size, device)
+    if not tokenizable(model):  # the library's own `encode`, normalised in the precision it ran in
+        with reduced_precision(model, dtype):
+            vectors = model.encode(texts, batch_size=size or CPU_ENCODE_BATCH_SIZE, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=show_progress_bar)
+        return finite(np.asarray(vectors, dtype=np.float32), precision)
+    tokens = tokens_of(model, texts)
     batches = token_budget_batches(tokens.lengths, budget) if budget else count_batches(texts, size)
     pin = device_type(device) == "cuda"
 
@@ -82,9 +87,11 @@ def embed_sentences(model, texts: list[str], batch_size: int | None, show_progre
             if vectors is None:
                 vectors = torch.empty((len(texts), embedded.shape[1]), dtype=torch.float32, device=device)
             vectors[rows] = embedded
-    vectors = vectors.cpu().numpy()
+    return finite(vectors.cpu().numpy(), precision)
+
+
+def finite(vectors: np.ndarray, precision: str) -> np.ndarray:
     if not np.isfinite(vectors).all():
-        raise StageError(f"the model gave non-finite embeddings in {'fp32' if dtype is None else precision} (its "
-                         "weights are broken, or its activations overflow that precision): retrain it, or set "
-                         "params `precision: fp32`")
+        raise StageError(f"the model gave non-finite embeddings in {precision} (its weights are broken, or its "
+                         "activations overflow that precision): retrain it, or set params `precision: fp32`")
     return vectors

@@ -51,14 +51,22 @@ class TokenTable:
         return {**features, **self.passed_through}
 
 
+def tokenizable(model) -> bool:
+    """Whether a token table can stand in for the model's preprocessing: a sentence-transformers
+    Transformer module first. Other models (static embeddings, for one) keep the library's path."""
+    from sentence_transformers.base.modules.transformer import Transformer
+
+    try:
+        return isinstance(model[0], Transformer)
+    except (TypeError, IndexError, KeyError):
+        return False
+
+
 def tokenize(model, texts: list[str]) -> TokenTable:
     """Tokenize `texts` once, at the model's current max sequence length, `CHUNK` texts per call of
     the fast tokenizer (the Python lists it returns cost ~50 bytes a token; the table 6)."""
-    from sentence_transformers.base.modules.transformer import Transformer
-
-    if not isinstance(model[0], Transformer):
-        raise StageError(f"the model's first module is {type(model[0]).__name__}; the pipeline encodes and trains "
-                         "transformer models (a sentence-transformers Transformer module first)")
+    if not tokenizable(model):
+        raise StageError(f"a token table needs a transformer model, got {type(model).__name__}")
     tokenizer = model.tokenizer
     pads = {"input_ids": tokenizer.pad_token_id, "token_type_ids": tokenizer.pad_token_type_id}
     lengths, flat, passed_through = [], {}, {}

@@ -31,7 +31,7 @@ from infocse.live import live_callback
 from infocse.models import check_precision, sequence_length
 from infocse.pairs import document_codes
 from infocse.sampler import batch_statistics, precomputed_batch_sampler, sampled_batches
-from infocse.tokens import table_preprocess
+from infocse.tokens import table_preprocess, tokenizable
 
 
 def distributed_world() -> tuple[int, int]:
@@ -141,7 +141,8 @@ def train_on_pairs(model, pairs: pd.DataFrame, training: TrainingConfig, seed: i
         dataloader_num_workers=dataloader_workers(device, world), disable_tqdm=False, **distributed,
     )
     # the pair table's texts tokenized once, not at every step: the same tensors reach the loss
-    collator = SentenceTransformerDataCollator(table_preprocess(model, pairs["text_a"].tolist() + pairs["text_b"].tolist()))
+    collator = SentenceTransformerDataCollator(table_preprocess(model, pairs["text_a"].tolist() +
+                                                                pairs["text_b"].tolist())) if tokenizable(model) else None
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, data_collator=collator,
                                          callbacks=[finite_loss_callback(label),
                                                     *([live_callback(live, phase)] if live is not None else [])])

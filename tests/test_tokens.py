@@ -12,7 +12,7 @@ from test_train import SEED, TRAIN, tiny_pairs
 
 import infocse.tokens
 import infocse.training
-from infocse.embedding import token_budget_batches
+from infocse.embedding import embed_sentences, token_budget_batches
 from infocse.models import load_model
 from infocse.tokens import table_preprocess, tokenize, tokens_of
 
@@ -98,3 +98,20 @@ def test_training_on_the_table_is_training_on_the_libraries_collator(tiny_model_
     assert ours["steps"] == theirs["steps"] >= 10 and ours["loss_curve"]
     assert ours["loss_curve"] == theirs["loss_curve"] and ours["train_loss"] == theirs["train_loss"]
     assert all(torch.equal(our_weights[key], their_weights[key]) for key in their_weights)
+
+
+def test_a_model_without_a_transformer_keeps_the_librarys_own_path(tiny_model_dir, one_torch_thread):
+    """A static-embedding model has no token table: it embeds with its own `encode` and trains
+    with the library's collator, as before."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+
+    tokenizer = load_model(tiny_model_dir, "cpu").tokenizer.backend_tokenizer
+    torch.manual_seed(0)
+    model = SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_dim=16)], device="cpu")
+    vectors = embed_sentences(model, TEXTS[:-2], 4, show_progress_bar=False)
+    expected = model.encode(TEXTS[:-2], batch_size=4, normalize_embeddings=True, convert_to_numpy=True)
+    assert vectors.dtype == np.float32 and vectors.tobytes() == expected.astype(np.float32).tobytes()
+    pairs, _ = tiny_pairs()
+    stats = infocse.training.train_on_pairs(model, pairs, TRAIN.model_copy(update={"epochs": 1}), SEED, "cpu")
+    assert stats["steps"] > 0 and np.isfinite(stats["train_loss"])
