@@ -235,17 +235,15 @@ def time_split(model, texts: list[str], device: str, dtype, stage_seconds: float
     """Where the fast path's time goes, each part alone: tokenizing the whole set (CPU), padding
     its batches (CPU), copying them to the device (pinned, synchronised), the forward passes over
     batches already there; the GPU-busy share is the forward passes' seconds over the stage's."""
-    import numpy as np
     import torch
 
-    from infocse.embedding import reduced_precision, token_budget_batches
+    from infocse.embedding import count_batches, reduced_precision, token_budget_batches
     from infocse.models import encode_batching
     from infocse.tokens import tokenize
 
     table, tokenize_seconds, _ = timed("cpu", lambda: tokenize(model, texts))
     size, budget = encode_batching(None, device)
-    batches = token_budget_batches(table.lengths, budget) if budget else [
-        rows for rows in np.array_split(np.argsort(-table.lengths, kind="stable"), -(-len(texts) // size))]
+    batches = token_budget_batches(table.lengths, budget) if budget else count_batches(texts, size)
     padded, pad_seconds, _ = timed("cpu", lambda: [table.batch(rows) for rows in batches])
     pinned = [{k: v.pin_memory() if cuda(device) and torch.is_tensor(v) else v for k, v in f.items()} for f in padded]
     on_device, copy_seconds, _ = timed(device, lambda: [
