@@ -66,6 +66,9 @@ IGNORED_KEYS = ("seed", "device", "corpus.source", "corpus.manpages_root", "engi
                 "evaluate.batch_size", "idc.block_rows", "train.devices", "train.launcher", "report.", "finetune.",
                 "plusplus.", "iterations.", *PRECISION_PARAMS)  # the iteration chain counts as its length, below
 ALWAYS_SHOWN = ("budget.max_pairs_per_document", "budget.max_pairs")  # in every setting's name
+# Params added after run files were made, with the value that does what the code before them did: an
+# older run file reads as if it had set it, so it pools with newer runs that keep that default.
+ADDED_PARAMS = {"loop.validate_on": "val"}  # 1e79a0f: before it the loop always validated on val
 
 
 def covered(key: str, patterns: tuple[str, ...]) -> bool:
@@ -115,6 +118,12 @@ def load_runs(folder: Path = RUNS_DIR) -> list[dict]:
             raise SystemExit(f"{path} is not a run file (no params and metrics): write run files with "
                              "`python -m study.export_runs`")
         run.setdefault("name", path.stem)
+        for key, value in ADDED_PARAMS.items():
+            *sections, last = key.split(".")
+            section = run["params"]
+            for name in sections:
+                section = section.setdefault(name, {})
+            section.setdefault(last, value)
         runs.append(run)
     return runs
 

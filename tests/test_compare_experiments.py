@@ -228,6 +228,19 @@ def test_a_file_that_is_not_a_run_file_is_one_clear_error(tmp_path):
         compare.load_runs(tmp_path)
 
 
+def test_a_run_file_older_than_a_param_pools_with_runs_that_keep_its_default_only(tmp_path):
+    older = make_run("old", 0, "none", [state(0.5)], best=0)
+    del older["params"]["loop"]["validate_on"]  # made before the param existed: the loop validated on val
+    same = make_run("val", 0, "neighbours", [state(0.6)], best=0, loop={"validate_on": "val"})
+    other = make_run("pool", 0, "neighbours", [state(0.7)], best=0, loop={"validate_on": "fewshot+val"})
+    write_runs(tmp_path, [older, same, other])
+    rows, _ = compare.collect(compare.load_runs(tmp_path))
+    setting = {row["run"]: row["setting"] for row in rows}
+    assert setting["old"] == setting["val"] != setting["pool"]
+    assert [row["method"] for row in rows if row["setting"] == setting["old"]] == ["neighbour pairs (CONPONO-style)",
+                                                                              "seed model"]
+
+
 def test_render_does_not_change_the_runs():
     runs = [make_run("i0", 0, "none", [state(0.5), state(0.6)], best=1)]
     before = copy.deepcopy(runs)
