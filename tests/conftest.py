@@ -104,22 +104,41 @@ def tiny_corpus_jsonl(tmp_path) -> Path:
 
 
 # ---------------------------------------------------------------- the tiny end-to-end project
-@pytest.fixture(scope="session")
-def built_project(tmp_path_factory, tiny_model_dir) -> tuple[Path, list[str]]:
-    """One full tiny run per test process (each pytest-xdist worker builds its own): tests read it,
-    or copy it (`project`) and change one thing; never change it in place."""
+def build_project(root: Path, model_dir: Path) -> tuple[Path, list[str]]:
+    """The tiny project after one full `dvc repro`, with its corpus and labels beside it in `root`."""
     from pipeline_helpers import make_project, repro
     from pipeline_project import tiny_overrides
 
-    root = tmp_path_factory.mktemp("pipeline")
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in tiny_documents()))
     labels = root / "labels.jsonl"
     labels.write_text("".join(json.dumps({"query": f"about {d['category']}", "positive": d["text"]}) + "\n"
                               for d in tiny_documents()[::2]))
-    project = make_project(root / "project", tiny_overrides(tiny_model_dir, corpus, labels))
+    project = make_project(root / "project", tiny_overrides(model_dir, corpus, labels))
     ran, _ = repro(project)
     return project, ran
+
+
+@pytest.fixture(scope="session")
+def built_project(tmp_path_factory, worker_id) -> tuple[Path, list[str]]:
+    """One full tiny run per test session, shared by the pytest-xdist workers (the first to need it
+    builds it under a lock; the others wait for it), and a copy of it per worker: tests read that,
+    or copy it (`project`) and change one thing; never change it in place."""
+    if worker_id == "master":  # no workers: build it here
+        root = tmp_path_factory.mktemp("pipeline")
+        return build_project(root, build_tiny_model(root / "model"))
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / "built-pipeline"  # the workers' common folder, this session's
+    with FileLock(f"{shared}.lock"):
+        if not (shared / "ran.json").exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a build that failed in another worker: fail here too, on its error
+            shared.mkdir()
+            _, ran = build_project(shared, build_tiny_model(shared / "model"))
+            (shared / "ran.json").write_text(json.dumps(ran))
+    copy = tmp_path_factory.mktemp("pipeline") / "project"
+    shutil.copytree(shared / "project", copy, symlinks=True)
+    return copy, json.loads((shared / "ran.json").read_text())
 
 
 @pytest.fixture()

@@ -116,9 +116,9 @@ def test_noop_repro_runs_nothing(project):
 def test_changing_seed_resplits_but_keeps_the_first_embedding(project):
     """A new seed means a new label split and new training, not new sentences: embed@1 stays cached."""
     update_params(project, {"seed": 7})
-    ran, _ = repro(project)
+    ran, _ = repro(project, "select")  # the loop: the first embedding is the question
     assert "embed@1" not in ran and ran[0] == "prepare", ran
-    assert set(ran) >= {"cluster@1", "train@1", "evaluate@1", "select", "report"}, ran
+    assert set(ran) >= {"cluster@1", "train@1", "evaluate@1", "select"}, ran
 
 
 def test_adding_an_iteration_runs_only_its_stages(project):
