@@ -39,6 +39,18 @@ def repo_params() -> dict:
     return yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
 
 
+# The files that run the pipeline for real hold most of the suite's time in few tests. pytest-xdist
+# hands files out in collection order (scripts/test.sh turns off its reordering by test count, which
+# put them last): longest first, none of them is left as one worker's tail while the other idles.
+SLOWEST_FIRST = ("test_pipeline.py", "test_bad_inputs.py", "test_pipeline_reruns.py", "test_ci_pipeline.py",
+                 "test_real_smoke.py", "test_ray_engine.py", "test_study_plan.py", "test_distributed_train.py")
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its order
+
+
 def config_with(overrides: dict):
     """A validated Config: params.yaml deep-merged with `overrides` (numbered chains replaced whole)."""
     from infocse.config import parse_config
