@@ -195,38 +195,36 @@ def run_rows(run: dict) -> list[dict]:
     return rows
 
 
-def dedupe(rows: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
-    """One row per (corpus, evaluation, setting, method, seed): the newest run's. Returns the rows
-    kept and (dropped run, kept run) pairs."""
-    kept, dropped = {}, []
-    for row in sorted(rows, key=lambda r: (r["ran_at"], r["run"]), reverse=True):
-        key = (row["corpus"], row["evaluation"], row["setting"], row["method"], row["seed"])
-        if key in kept:
-            dropped.append((row["run"], kept[key]["run"]))
-        else:
-            kept[key] = row
-    return sorted(kept.values(), key=lambda r: (r["corpus"], r["evaluation"], r["setting"], r["method"], r["seed"])), \
-        sorted(set(dropped))
-
-
-def pair_rows(rows: list[dict]) -> None:
-    """Attach to each row the seed model and InfoCSE it is paired with (same seed): the seed model
-    of the same run, else of the same setting, else of any run with the same corpus and evaluation;
-    InfoCSE of the same setting."""
-    seed_models = [r for r in rows if r["method"] == SEED_MODEL]
-    infocse = {(r["corpus"], r["evaluation"], r["setting"], r["seed"]): r for r in rows if r["method"] == REFERENCE}
-    for row in rows:
-        candidates = [r for r in seed_models if (r["corpus"], r["evaluation"], r["seed"]) ==
-                      (row["corpus"], row["evaluation"], row["seed"])]
-        row["seed_ref"] = min(candidates, key=lambda r: (r["run"] != row["run"], r["setting"] != row["setting"],
-                                                         r["setting"], r["run"]), default=None)
-        row["infocse_ref"] = infocse.get((row["corpus"], row["evaluation"], row["setting"], row["seed"]))
+KEY = ["corpus", "evaluation", "setting", "method", "seed"]  # one row per key: the newest run's
 
 
 def collect(runs: list[dict]) -> tuple[list[dict], list[tuple[str, str]]]:
-    rows, dropped = dedupe([row for run in runs for row in run_rows(run)])
-    pair_rows(rows)
-    return rows, dropped
+    """The rows of every run, one per KEY (the newest run's), in KEY order, each with the seed model and
+    InfoCSE it is paired with (same seed): `seed_ref` is the seed model of the same run, else of the same
+    setting, else of any run with the same corpus and evaluation; `infocse_ref` is InfoCSE of the same
+    setting. Also the (dropped run, kept run) pairs."""
+    every = [row for run in runs for row in run_rows(run)]
+    if not every:
+        return [], []
+    frame = pd.DataFrame([{name: row[name] for name in [*KEY, "run", "ran_at"]} for row in every])  # the index: every
+    frame = frame.sort_values(["ran_at", "run"], ascending=False, kind="stable")
+    duplicate = frame.duplicated(KEY)
+    frame, older = frame[~duplicate].sort_values(KEY, kind="stable"), frame[duplicate]
+    dropped = older[[*KEY, "run"]].merge(frame[[*KEY, "run"]], on=KEY, suffixes=("", "_kept"))
+
+    numbered = frame.reset_index(names="row")
+    seed_models = numbered.merge(frame[frame["method"] == SEED_MODEL].reset_index(names="ref"),
+                                 on=["corpus", "evaluation", "seed"], suffixes=("", "_ref"))
+    seed_models = seed_models.assign(other_run=seed_models["run_ref"] != seed_models["run"],
+                                     other_setting=seed_models["setting_ref"] != seed_models["setting"])
+    seed_ref = (seed_models.sort_values(["other_run", "other_setting", "setting_ref", "run_ref"], kind="stable")
+                .drop_duplicates("row").set_index("row")["ref"])
+    infocse_ref = numbered.merge(frame[frame["method"] == REFERENCE].reset_index(names="ref"),
+                                 on=["corpus", "evaluation", "setting", "seed"]).set_index("row")["ref"]
+    for i in frame.index:
+        every[i]["seed_ref"] = every[seed_ref[i]] if i in seed_ref.index else None
+        every[i]["infocse_ref"] = every[infocse_ref[i]] if i in infocse_ref.index else None
+    return [every[i] for i in frame.index], sorted(set(zip(dropped["run"], dropped["run_kept"])))
 
 
 def delta(row: dict, reference: str, split: str, metric: str) -> float | None:

@@ -155,7 +155,7 @@ def gap_change(first_in_a, second_in_a, first_in_b, second_in_b) -> dict:
 
 
 def vs_seed_model(mine: list[dict], metric: str = CLAIM_METRIC) -> dict:
-    """A zero-shot row minus the seed model it was paired with (compare_experiments.pair_rows)."""
+    """A zero-shot row minus the seed model it was paired with (compare_experiments.collect)."""
     return t_interval(zero_shot.deltas(mine, "seed_ref", "test", metric))
 
 
