@@ -66,6 +66,7 @@ def comparisons(runs: list[dict]) -> dict[str, dict]:
                          "infocse_minus_neighbours": paired(models[REFERENCE][0], models[NEIGHBOURS][0]),
                          "infocse_minus_larger": paired(models[REFERENCE][0], models[LARGER_MODEL][0]),
                          "from_larger": vs_seed_model(at_preset(of(from_larger, REFERENCE))),
+                         "neighbours_from_larger": vs_seed_model(at_preset(of(from_larger, NEIGHBOURS))),
                          "from_larger_minus_neighbours": paired(at_preset(of(from_larger, REFERENCE)),
                                                                 at_preset(of(from_larger, NEIGHBOURS)))}
     return found
@@ -112,11 +113,16 @@ def verdict(found: dict) -> str:
             f"On {CORPUS_NAMES[corpus]}, InfoCSE {gain_words(infocse, SEED_MODEL_WEIGHTS[0])}, "
             f"{level_words(data['infocse_minus_neighbours'], 'one round of neighbour pairs')}, and "
             f"{level_words(data['infocse_minus_larger'], f'{LARGER_MODEL} used as it is')}.")
+        started = f"Started from {LARGER_MODEL} on {CORPUS_NAMES[corpus]}"
         if data["from_larger"]["n"] == data["from_larger_minus_neighbours"]["n"] == len(PRESET_SEEDS):  # once all in
             sentences.append(
-                f"Started from {LARGER_MODEL} on {CORPUS_NAMES[corpus]}, InfoCSE "
-                f"{gain_words(data['from_larger'], f'{LARGER_MODEL} as it is')}, "
+                f"{started}, InfoCSE {gain_words(data['from_larger'], f'{LARGER_MODEL} as it is')}, "
                 f"{level_words(data['from_larger_minus_neighbours'], 'one round of neighbour pairs from it')}.")
+        elif data["neighbours_from_larger"]["n"] == len(PRESET_SEEDS):  # the simpler method's seeds are in first
+            sentences.append(
+                f"{started}, one round of neighbour pairs "
+                f"{gain_words(data['neighbours_from_larger'], f'{LARGER_MODEL} as it is')}; InfoCSE from it has not "
+                f"run at all {len(PRESET_SEEDS)} seeds yet.")
     return " ".join(sentences)
 
 
