@@ -66,7 +66,7 @@ def test_plusplus_stops_when_the_fine_tuned_validation_score_stops_improving(pro
     """Frozen learning rates: fine-tuned val cannot improve, so round 2 runs (patience 1) and round 3 does no work."""
     update_params(project, {"train": {"learning_rate": FROZEN}, "finetune": {"learning_rate": FROZEN},
                             "plusplus": {"max_rounds": 3}})
-    repro(project)
+    repro(project, "select_plusplus")  # the rounds and their choice
     round2 = json.loads((project / "metrics/finetuned/round-2.json").read_text())
     round3 = json.loads((project / "metrics/finetuned/round-3.json").read_text())
     assert round2["stopped"] is False and round2["since_best"] == 1 and round2["continue"] is False
