@@ -7,7 +7,7 @@ committed run files, and the default run's headline from its own report. Never r
 Every row is compared at seeds 0-2, the n fixed before any run was looked at: seeds 3 and 4 were
 added to some comparisons after an n = 3 look, so they are left out here (study/reports/paper_tables.md
 shows them as follow-ups). Differences are paired by seed with 95% t-intervals; the verdict words
-follow scripts/paper_tables.claim_verdict.
+follow study/paper_tables.claim_verdict.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from study import compare_experiments as zero_shot
 from study.compare_experiments import NEIGHBOURS, REFERENCE, SEED_MODEL, load_runs, mean_sd
 from study.paper_tables import (BEATS, CLOSE, CORPORA, CORPUS_NAMES, HOLDS, LARGER_MODEL, SEED_MODEL_WEIGHTS,
                                   claim_verdict, from_larger_model, grouped, interval_cell, larger_model_rows,
-                                  newest_groups, of, paired, vs_seed_model)
+                                  newest_groups, of, paired, seed_model_of, vs_seed_model)
 
 README = Path("README.md")
 PLOT = Path("study/reports/glance.png")
@@ -62,7 +62,8 @@ def comparisons(runs: list[dict]) -> dict[str, dict]:
                 mine = at_preset(of(group, method))
                 models[method] = (mine, vs_seed_model(mine))
         from_larger = from_larger_model(groups, key)
-        found[corpus] = {"seed": seed, "models": models,
+        found[corpus] = {"seed": seed, "models": models,  # the weights: GPU runs start from fp16-rounded ones
+                         "seed_model": seed_model_of(key) if key else SEED_MODEL_WEIGHTS[0],
                          "infocse_minus_neighbours": paired(models[REFERENCE][0], models[NEIGHBOURS][0]),
                          "infocse_minus_larger": paired(models[REFERENCE][0], models[LARGER_MODEL][0]),
                          "from_larger": vs_seed_model(at_preset(of(from_larger, REFERENCE))),
@@ -75,7 +76,7 @@ def comparisons(runs: list[dict]) -> dict[str, dict]:
 def table(found: dict) -> str:
     records = []
     for corpus, data in found.items():
-        records.append([CORPUS_NAMES[corpus], f"{SEED_MODEL_WEIGHTS[0]} (the seed model)", mean_sd(
+        records.append([CORPUS_NAMES[corpus], f"{data['seed_model']} (the seed model)", mean_sd(
             [r["test"].get("recall@1") for r in data["seed"]]), "–"])
         for method, label in ROWS:
             mine, interval = data["models"][method]
@@ -110,7 +111,7 @@ def verdict(found: dict) -> str:
         if not infocse["n"]:
             continue
         sentences.append(
-            f"On {CORPUS_NAMES[corpus]}, InfoCSE {gain_words(infocse, SEED_MODEL_WEIGHTS[0])}, "
+            f"On {CORPUS_NAMES[corpus]}, InfoCSE {gain_words(infocse, data['seed_model'])}, "
             f"{level_words(data['infocse_minus_neighbours'], 'one round of neighbour pairs')}, and "
             f"{level_words(data['infocse_minus_larger'], f'{LARGER_MODEL} used as it is')}.")
         started = f"Started from {LARGER_MODEL} on {CORPUS_NAMES[corpus]}"
@@ -128,7 +129,7 @@ def verdict(found: dict) -> str:
 
 def plot(found: dict) -> None:
     """A forest plot: each model minus the seed model, test R@1, 95% interval, both corpora on one axis."""
-    figure = Figure(figsize=(8, 3.6))
+    figure = Figure(figsize=(8, 4.0))
     axis = figure.add_subplot()
     positions = list(range(len(ROWS)))[::-1]
     for offset, (corpus, data) in zip((0.15, -0.15), found.items()):
@@ -139,12 +140,12 @@ def plot(found: dict) -> None:
         counts = sorted({i["n"] for _, i in shown})
         axis.errorbar([i["mean"] for _, i in shown], [y + offset for y, _ in shown], capsize=4, fmt="o",
                       xerr=[[i["mean"] - i["low"] for _, i in shown], [i["high"] - i["mean"] for _, i in shown]],
-                      label=f"{CORPUS_NAMES[corpus]} (n = {', '.join(map(str, counts))} seeds)")
+                      label=f"{CORPUS_NAMES[corpus]}, from {data['seed_model']} (n = {', '.join(map(str, counts))} seeds)")
     axis.axvline(0.0, color="black", linewidth=0.8)
     axis.set_yticks(positions, [label for _, label in ROWS])
     axis.set_xlabel("test R@1 minus the seed model's, 95% t-interval over seeds")
-    axis.set_title("What each model adds to all-MiniLM-L6-v2")
-    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize="small", frameon=False)
+    axis.set_title("What each model adds to the seed model")
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, fontsize="small", frameon=False)
     save_figure(figure, PLOT)
 
 

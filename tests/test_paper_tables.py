@@ -135,6 +135,11 @@ def test_gpu_runs_of_the_fp16_rounded_seed_model_serve_a_corpus_only_where_they_
     (line,) = [line for line in text.splitlines() if line.startswith("- Zero-shot (Table 1, Table 3 studies), BBC")]
     assert "6 run(s) at commit(s) ccccccc (seed model all-MiniLM-L6-v2-fp16" in line
     assert "left out, other groups at the same defaults: 3 run(s)" in line
+    from study import readme_results  # the README names the weights its numbers come from
+
+    found = readme_results.comparisons(published + gpu)
+    assert "| BBC News | all-MiniLM-L6-v2-fp16 (the seed model) |" in " ".join(readme_results.table(found).split())
+    assert "test R@1 over all-MiniLM-L6-v2-fp16," in readme_results.verdict(found)
 
 
 def test_newer_bf16_runs_do_not_replace_the_fp32_group_of_the_tables():
@@ -364,6 +369,20 @@ def test_a_verdict_is_read_at_the_preset_seeds_and_later_seeds_are_a_follow_up()
     assert line[2] == "not shown"
     assert line[3] == (f"InfoCSE with SBERT round 1 − InfoCSE: {paper.format_interval(preset)} (follow-up, seeds "
                        f"added after that look: {paper.format_interval(everything)})")
+
+
+def test_a_claim_against_the_seed_model_of_the_same_run_is_also_read_at_the_preset_seeds():
+    """InfoCSE from all-mpnet-base-v2 against its own iteration 0 (the model as it is), the same gains as above:
+    seeds 3 and 4 are a follow-up beside the verdict, not part of it."""
+    runs = [infocse_run(seed, 0.5, 0.55) for seed in range(3)]  # the tables' own group, at the defaults
+    runs += [make_run(f"mpnet-infocse-s{seed}", seed, "none", [state(0.6), state(0.6 + gain, 0.7)], best=1,
+                      seed_model=paper.LARGER_MODEL) for seed, gain in enumerate([0.0, 0.03, 0.06, 0.03, 0.03])]
+    line = claim_row(paper.render(runs), "Not the paper's, a user's: InfoCSE from all-mpnet-base-v2 beats all",
+                     "BBC News")
+    preset, everything = t_interval([0.0, 0.03, 0.06]), t_interval([0.0, 0.03, 0.06, 0.03, 0.03])
+    assert line[2] == "not shown"
+    assert line[3] == (f"InfoCSE from all-mpnet-base-v2 − all-mpnet-base-v2: {paper.format_interval(preset)} "
+                       f"(follow-up, seeds added after that look: {paper.format_interval(everything)})")
 
 
 def test_no_run_files_give_a_report_of_not_run_and_a_plot(tmp_path, monkeypatch):
