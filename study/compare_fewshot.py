@@ -11,8 +11,9 @@ MRR@10 after fine-tuning, mean ± sd over seeds, with n:
 - seed model: finetune@f0 of runs with `init.method: none`;
 - best baseline: finetune@f0 of the baseline runs (`loop.max_iterations: 0`) of the baseline with
   the highest mean fine-tuned *validation* MRR@10 (never chosen by test);
-- InfoCSE: finetune@best of runs whose loop ran (round 1 of InfoCSE++);
-- InfoCSE++: the round chosen by fine-tuned validation, in runs with `plusplus.max_rounds` > 1.
+- InfoCSE: finetune@best of runs whose loop ran (round 1 of InfoCSE++), InfoCSE at its defaults only
+  (init none, partition IDC with K=1, every iteration: its variants are zero-shot studies, never pooled here);
+- InfoCSE++: the round chosen by fine-tuned validation, in those runs with `plusplus.max_rounds` > 1.
 Runs are grouped by corpus, evaluation protocol and setting (the self-supervised setting of
 study/reports/comparison.md plus the fine-tuning params other than the label budget). Differences are
 paired by seed (same split, same labels) with a t-based 95% interval over seeds and n; a verdict
@@ -33,9 +34,11 @@ from infocse.io import write_text
 from infocse.reporting import format_interval, markdown_table, save_figure, t_interval, verdict
 from study.compare_experiments import (
     BASELINE_NAMES,
+    REFERENCE,
     RUNS_DIR,
     canonical,
     evaluation_of,
+    infocse_label,
     label,
     load_runs,
     setting_of,
@@ -65,6 +68,7 @@ def run_cells(run: dict) -> list[dict]:
     params, metrics = run["params"], run["metrics"]
     init = (params.get("init") or {}).get("method", "none")
     loop_ran = (params.get("loop") or {}).get("max_iterations", "all") != 0
+    infocse = loop_ran and infocse_label(params) == REFERENCE  # not K=3, K-means, ...: those are other models
     setting = fewshot_setting(params)
     base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
             "budget": budget_of(params), "run": run["name"], "ran_at": run.get("ran_at") or "",
@@ -75,10 +79,10 @@ def run_cells(run: dict) -> list[dict]:
     if f0 and "test" in f0 and (init == "none" or not loop_ran):
         cells.append({**base, "start": BASELINE_NAMES.get(init, init), "val": f0["val"], "test": f0["test"]})
     best = metrics.get("metrics/finetuned/best.json")
-    if best and "test" in best and loop_ran and init == "none":
+    if best and "test" in best and infocse:
         cells.append({**base, "start": "InfoCSE", "val": best["val"], "test": best["test"]})
     plusplus = metrics.get("metrics/plusplus.json")
-    if plusplus and "test" in plusplus and (params.get("plusplus") or {}).get("max_rounds", 1) > 1 and init == "none":
+    if plusplus and "test" in plusplus and (params.get("plusplus") or {}).get("max_rounds", 1) > 1 and infocse:
         cells.append({**base, "start": "InfoCSE++", "val": plusplus["val"], "test": plusplus["test"],
                       "curve": plusplus_curve(metrics)})
     return cells
@@ -205,21 +209,35 @@ def render(runs: list[dict]) -> str:
                            dropped="; ".join(f"{old} (kept {new})" for old, new in dropped))
 
 
+def round_curves(cells: pd.DataFrame) -> list[tuple[str, str, list[int], list[float]]]:
+    """(line label, split, rounds, mean fine-tuned MRR@10) of the InfoCSE++ cells, one line per corpus,
+    evaluation, setting, budget and split: runs of different settings are never averaged together."""
+    cells = cells[cells["curve"].map(bool).astype(bool)]
+    evaluation_keys = varying_keys([json.loads(e) for e in cells["evaluation"]])  # e.g. a mix, a precision
+    setting_keys = varying_keys([json.loads(s) for s in cells["setting"]])  # e.g. the fine-tuning epochs
+    lines = []
+    for (corpus, evaluation, setting, budget), group in cells.groupby(["corpus", "evaluation", "setting", "budget"],
+                                                                      sort=True):
+        curves = group["curve"].tolist()
+        rounds = sorted({point["round"] for curve in curves for point in curve})
+        parts = [label(json.loads(evaluation), evaluation_keys)] if evaluation_keys else []
+        parts += [label(json.loads(setting), setting_keys)] if setting_keys else []
+        where = f"{corpus} ({', '.join(parts)})" if parts else corpus
+        for split in ("val", "test"):
+            means = [statistics.mean(p[split]["mrr@10"] for curve in curves for p in curve if p["round"] == r)
+                     for r in rounds]
+            lines.append((f"{where}, {budget} labels, {split} (n={len(curves)})", split, rounds, means))
+    return lines
+
+
 def plot_rounds(runs: list[dict], path: Path = PLOT) -> None:
-    """InfoCSE++ fine-tuned MRR@10 per round, mean over runs, per corpus and budget."""
+    """InfoCSE++ fine-tuned MRR@10 per round, mean over runs (`round_curves`): val solid, test dashed."""
     cells = collect(runs)[0]
     cells = cells[cells["curve"].map(bool).astype(bool)]
     figure = Figure(figsize=(6, 4))
     axis = figure.add_subplot()
-    evaluation_keys = varying_keys([json.loads(e) for e in cells["evaluation"]])  # e.g. a mix, a precision
-    for (corpus, evaluation, budget), group in cells.groupby(["corpus", "evaluation", "budget"], sort=True):
-        curves = group["curve"].tolist()
-        rounds = sorted({point["round"] for curve in curves for point in curve})
-        where = f"{corpus} ({label(json.loads(evaluation), evaluation_keys)})" if evaluation_keys else corpus
-        for split, style in (("val", "-"), ("test", "--")):
-            means = [statistics.mean(p[split]["mrr@10"] for curve in curves for p in curve if p["round"] == r)
-                     for r in rounds]
-            axis.plot(rounds, means, style, marker="o", label=f"{where}, {budget} labels, {split} (n={len(curves)})")
+    for name, split, rounds, means in round_curves(cells):
+        axis.plot(rounds, means, "--" if split == "test" else "-", marker="o", label=name)
     if cells.empty:
         axis.text(0.5, 0.5, "no InfoCSE++ runs yet", ha="center", va="center")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -74,16 +74,19 @@ def render(runs: list[dict]) -> str:
     if not pairs:
         return "\n".join(lines + [f"No {REDUCED} run has an {FULL} twin yet.", ""])
     keys = varying_keys([json.loads(reduced["setting"]) for reduced, _ in pairs], ALWAYS_SHOWN)
-    groups = {}
+    evaluation_keys = varying_keys([json.loads(without_precision(reduced["evaluation"])[0]) for reduced, _ in pairs])
+    groups = {}  # pooled within one evaluation (seed model, corpus size, ...) as well as one setting
     for pair in pairs:
         reduced = pair[0]
-        groups.setdefault((reduced["corpus"], reduced["setting"], reduced["method"]), []).append(pair)
+        evaluation = without_precision(reduced["evaluation"])[0]
+        groups.setdefault((reduced["corpus"], evaluation, reduced["setting"], reduced["method"]), []).append(pair)
     records, per_run = [], []
-    for (corpus, setting, method), mine in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1],
-                                                                                     method_order(item[0][2]))):
+    for (corpus, evaluation, setting, method), mine in sorted(
+            groups.items(), key=lambda item: (*item[0][:3], method_order(item[0][3]))):
         metric = mine[0][0]["val_metric"]
         mine = sorted(mine, key=lambda pair: pair[0]["seed"])
-        record = {"corpus": corpus, "setting": label(json.loads(setting), keys).replace("budget.", ""),
+        named = label({**json.loads(evaluation), **json.loads(setting)}, evaluation_keys + keys)
+        record = {"corpus": corpus, "setting": named.replace("budget.", ""),
                   "method": method, "n (seeds)": f"{len(mine)} ({', '.join(str(p[0]['seed']) for p in mine)})"}
         for split, name in (("val", metric), *METRICS):
             values = [d for d in (difference(pair, split, name) for pair in mine) if d is not None]

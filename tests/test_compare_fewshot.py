@@ -5,6 +5,7 @@ by seed with a t-interval, and stale or missing fine-tuning metrics."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import repo_params
 from pipeline_helpers import deep_merge
 from scipy import stats
@@ -90,6 +91,19 @@ def test_other_fine_tuning_settings_are_separate_groups():
     assert text.count("## Corpus: bbc (finetune.learning_rate=") == 2
 
 
+def test_only_infocse_at_its_defaults_is_the_infocse_start():
+    """A newer K=3 run and a K-means run, fine-tuned too, are other models: neither replaces nor joins the
+    InfoCSE (K=1) cell, though their fine-tuned seed model is the same as any run's."""
+    runs = [run("k1-s0", 0, 100, f0=scores(0.50, 0.5), best=scores(0.60, 0.5)),
+            run("k3-s0", 0, 100, f0=scores(0.50, 0.5), best=scores(0.90, 0.5), ran_at="2031-01-01T00:00:00",
+                idc={"k": 3}),
+            run("kmeans-s1", 1, 100, f0=scores(0.52, 0.5), best=scores(0.95, 0.5), idc={"method": "kmeans"})]
+    cells, dropped = fewshot.collect(runs)
+    infocse = cells[cells["start"] == "InfoCSE"]
+    assert infocse["run"].tolist() == ["k1-s0"] and dropped == [("k1-s0", "k3-s0")]  # the seed model's f0 alone
+    assert rows_of(fewshot.render(runs))["InfoCSE"][1] == "0.600 / 0.700 (n = 1)"
+
+
 def test_paired_differences_by_seed_with_a_t_interval():
     """InfoCSE - seed model per seed at 100 labels: +0.02, +0.03, +0.04; at 300 labels one run only."""
     runs = [run(f"s{seed}", seed, 100, f0=scores(0.50 + seed / 100, 0.5), best=scores(0.52 + 2 * seed / 100, 0.5))
@@ -110,6 +124,16 @@ def test_plusplus_curve_from_the_round_files():
                                     plusplus=scores(0.55, 0.6), max_rounds=3)])
     (curve,) = cells.loc[cells["start"] == "InfoCSE++", "curve"]
     assert [(p["round"], p["val"]["mrr@10"]) for p in curve] == [(1, 0.5), (2, 0.6)]
+
+
+def test_plusplus_curves_of_different_settings_are_separate_lines():
+    """InfoCSE++ at 3 and at 6 fine-tuning epochs: one line each per split, never one averaged line."""
+    runs = [run(f"e{epochs}", 0, 100, best=scores(0.5, r1), plusplus=scores(0.6, r1 + 0.1), max_rounds=3,
+                finetune={"labels": 100, "epochs": epochs}) for epochs, r1 in ((3, 0.5), (6, 0.7))]
+    lines = fewshot.round_curves(fewshot.collect(runs)[0])
+    assert [(name, means) for name, split, _, means in lines if split == "val"] == [
+        ("bbc (finetune.epochs=3), 100 labels, val (n=1)", [0.5, 0.6]),
+        ("bbc (finetune.epochs=6), 100 labels, val (n=1)", [0.7, pytest.approx(0.8)])]
 
 
 def test_a_run_without_fine_tuning_metrics_gives_no_cell_and_the_report_says_so(tmp_path, monkeypatch):

@@ -38,6 +38,18 @@ def test_each_bf16_row_is_paired_with_its_fp32_twin_by_seed():
     assert "bf16-s0" in text and "max_pairs=10" not in text  # the unmatched run has no row
 
 
+def test_twins_of_two_evaluations_are_never_pooled():
+    """Seed 0 evaluated at two sequence lengths: two rows of n = 1, not one row of a seed counted twice."""
+    runs = [infocse(0, 0.5, r1, precision) for precision, r1 in (("fp32", 0.60), ("bf16", 0.62))]
+    for precision, r1 in (("fp32", 0.70), ("bf16", 0.66)):
+        runs.append(infocse(0, 0.5, r1, precision, evaluate={"max_seq_length": 64}))
+        runs[-1]["name"] += "-64"
+    section = parity.render(runs).split("## Paired differences", 1)[1].split("\n## ", 1)[0]
+    rows = [cells(line) for line in section.splitlines() if f"| {compare.REFERENCE} " in line]
+    assert [(row[1].split(",")[0], row[3], row[6]) for row in rows] == [
+        ("evaluate.max_seq_length=256", "1 (0)", "+0.0200 (n = 1)"), ("evaluate.max_seq_length=64", "1 (0)", "-0.0400 (n = 1)")]
+
+
 def test_no_twins_say_so():
     assert "No bf16 run has an fp32 twin yet." in parity.render([infocse(0, 0.5, 0.6, "bf16")])
     assert "No bf16 run has an fp32 twin yet." in parity.render([])
