@@ -68,7 +68,7 @@ def run_cells(run: dict) -> list[dict]:
     params, metrics = run["params"], run["metrics"]
     init = (params.get("init") or {}).get("method", "none")
     loop_ran = (params.get("loop") or {}).get("max_iterations", "all") != 0
-    infocse = loop_ran and infocse_label(params) == REFERENCE  # not K=3, K-means, ...: those are other models
+    infocse = infocse_label(params) == REFERENCE  # its loop ran, at the defaults: not K=3, K-means, ... (other models)
     setting = fewshot_setting(params)
     base = {"corpus": (params.get("corpus") or {}).get("source", "bbc"), "seed": params.get("seed"),
             "budget": budget_of(params), "run": run["name"], "ran_at": run.get("ran_at") or "",
@@ -232,13 +232,12 @@ def round_curves(cells: pd.DataFrame) -> list[tuple[str, str, list[int], list[fl
 
 def plot_rounds(runs: list[dict], path: Path = PLOT) -> None:
     """InfoCSE++ fine-tuned MRR@10 per round, mean over runs (`round_curves`): val solid, test dashed."""
-    cells = collect(runs)[0]
-    cells = cells[cells["curve"].map(bool).astype(bool)]
+    lines = round_curves(collect(runs)[0])
     figure = Figure(figsize=(6, 4))
     axis = figure.add_subplot()
-    for name, split, rounds, means in round_curves(cells):
+    for name, split, rounds, means in lines:
         axis.plot(rounds, means, "--" if split == "test" else "-", marker="o", label=name)
-    if cells.empty:
+    if not lines:
         axis.text(0.5, 0.5, "no InfoCSE++ runs yet", ha="center", va="center")
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("InfoCSE++ round")

@@ -74,12 +74,12 @@ def render(runs: list[dict]) -> str:
     if not pairs:
         return "\n".join(lines + [f"No {REDUCED} run has an {FULL} twin yet.", ""])
     keys = varying_keys([json.loads(reduced["setting"]) for reduced, _ in pairs], ALWAYS_SHOWN)
-    evaluation_keys = varying_keys([json.loads(without_precision(reduced["evaluation"])[0]) for reduced, _ in pairs])
     groups = {}  # pooled within one evaluation (seed model, corpus size, ...) as well as one setting
     for pair in pairs:
         reduced = pair[0]
         evaluation = without_precision(reduced["evaluation"])[0]
         groups.setdefault((reduced["corpus"], evaluation, reduced["setting"], reduced["method"]), []).append(pair)
+    evaluation_keys = varying_keys([json.loads(evaluation) for _, evaluation, _, _ in groups])
     records, per_run = [], []
     for (corpus, evaluation, setting, method), mine in sorted(
             groups.items(), key=lambda item: (*item[0][:3], method_order(item[0][3]))):

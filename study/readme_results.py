@@ -140,7 +140,8 @@ def plot(found: dict) -> None:
         counts = sorted({i["n"] for _, i in shown})
         axis.errorbar([i["mean"] for _, i in shown], [y + offset for y, _ in shown], capsize=4, fmt="o",
                       xerr=[[i["mean"] - i["low"] for _, i in shown], [i["high"] - i["mean"] for _, i in shown]],
-                      label=f"{CORPUS_NAMES[corpus]}, from {data['seed_model']} (n = {', '.join(map(str, counts))} seeds)")
+                      label=f"{CORPUS_NAMES[corpus]}, from {data['seed_model']} "
+                            f"(n = {', '.join(map(str, counts))} seeds)")
     axis.axvline(0.0, color="black", linewidth=0.8)
     axis.set_yticks(positions, [label for _, label in ROWS])
     axis.set_xlabel("test R@1 minus the seed model's, 95% t-interval over seeds")
