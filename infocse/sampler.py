@@ -132,16 +132,18 @@ def sampled_batches(sampler: str, doc_codes: np.ndarray, batch_size: int, seed: 
 def batch_statistics(batches: list[list[int]], doc_codes: np.ndarray, batch_size: int) -> dict:
     """What the trainer was fed: how many batches, how large (a full batch has `batch_size` pairs,
     so `batch_size` - 1 in-batch negatives per direction), and how concentrated the pairs given to
-    training are: the share held by the top 10% of their documents (at least one), most pairs first."""
+    training are: the share of the batched pairs (pairs a sampler left out do not count) held by the top 10%
+    of their documents (at least one), most pairs first."""
     sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
-    per_document = np.sort(np.unique(np.asarray(doc_codes), return_counts=True)[1])[::-1]
+    batched = np.asarray(doc_codes)[np.concatenate(batches).astype(np.int64)] if batches else np.array([], np.int64)
+    per_document = np.sort(np.unique(batched, return_counts=True)[1])[::-1]
     top_tenth = per_document[: max(1, int(np.ceil(len(per_document) * 0.1)))].sum() if len(per_document) else 0
     return {
         "batches": int(len(sizes)),
         "mean_size": float(sizes.mean()) if len(sizes) else 0.0,
         "min_size": int(sizes.min()) if len(sizes) else 0,
         "share_full": float((sizes == batch_size).mean()) if len(sizes) else 0.0,
-        "share_of_pairs_from_top_10pct_documents": float(top_tenth / len(doc_codes)) if len(doc_codes) else 0.0,
+        "share_of_pairs_from_top_10pct_documents": float(top_tenth / len(batched)) if len(batched) else 0.0,
     }
 
 

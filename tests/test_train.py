@@ -276,17 +276,19 @@ def test_training_batches_follow_the_sampler_param():
 # ---------------------------------------------------------------- batch diagnostics
 def test_batch_statistics_hand_worked():
     """Pairs of documents 0 (six pairs), 1 (two), 2 and 3 (one each); batches of 4, 2 and 3 pairs
-    with batch size 4: 3 batches, mean 3.0, min 2, one of three full; the top 10% of the four
-    documents is one document (ceil), document 0, with 6 of the 10 pairs."""
+    with batch size 4: 3 batches, mean 3.0, min 2, one of three full; pair 5 (document 0) is left out,
+    so the top 10% of the four documents is one document (ceil), document 0, with 5 of the 9
+    batched pairs (not 6 of the table's 10)."""
     doc_codes = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2, 3])
     batches = [[0, 6, 8, 9], [1, 7], [2, 3, 4]]
     assert batch_statistics(batches, doc_codes, 4) == {
         "batches": 3, "mean_size": 3.0, "min_size": 2, "share_full": pytest.approx(1 / 3),
-        "share_of_pairs_from_top_10pct_documents": 0.6}
-    # one document of 20 pairs and 20 of one pair: the top 10% of 21 documents is three (2.1 rounded
-    # up), 22 of 40 pairs
+        "share_of_pairs_from_top_10pct_documents": 5 / 9}
+    # one document of 20 pairs and 20 of one pair, all batched: the top 10% of 21 documents is three
+    # (2.1 rounded up), 22 of 40 pairs; with 15 of the long document's pairs left out, 7 of 25
     codes = np.r_[np.zeros(20, dtype=np.int64), np.arange(1, 21)]
-    assert batch_statistics([], codes, 4)["share_of_pairs_from_top_10pct_documents"] == 22 / 40
+    assert batch_statistics([list(range(40))], codes, 4)["share_of_pairs_from_top_10pct_documents"] == 22 / 40
+    assert batch_statistics([list(range(15, 40))], codes, 4)["share_of_pairs_from_top_10pct_documents"] == 7 / 25
     assert batch_statistics([], np.array([], dtype=np.int64), 4) == {
         "batches": 0, "mean_size": 0.0, "min_size": 0, "share_full": 0.0,
         "share_of_pairs_from_top_10pct_documents": 0.0}
