@@ -91,6 +91,12 @@ def gpu_name(name: str, tag: str) -> str:
     return plan_tagged(name, f"{tag}-gpu" if tag else "gpu")
 
 
+def needs_other_model(overrides: dict) -> bool:
+    """A run whose seed model or round-1 model is not the bundle's: `plan` sets every run's `seed_model` to the
+    bundle's, which would run another model's plan from MiniLM under that plan's name."""
+    return "seed_model" in overrides or overrides.get("idc.first_round_model", "current") != "current"
+
+
 def stage_commands(scratch: Path, params: dict, *targets: str) -> list[str]:
     """The commands `dvc repro --dry --force TARGETS` (none: the whole pipeline) runs for these params,
     in its order (prepare excluded), in `scratch`: a copy of the commit's files."""
@@ -158,6 +164,11 @@ def plan(args: argparse.Namespace) -> None:
     runs = [{**r, "name": gpu_name(r["name"], args.tag)} for set_name in args.set
             for r in expand(set_name, args.corpora, args.seeds)]
     runs = [r for r in runs if fnmatch.fnmatchcase(r["name"], args.match)]
+    other_models = [r["name"] for r in runs if needs_other_model(r["overrides"])]
+    if other_models:
+        raise SystemExit(f"the bundle's only model is {SEED_MODEL_FOLDER}, and these runs need another one: "
+                         f"{', '.join(other_models)}; leave them out (--match) and queue them with DVC "
+                         "(python -m study.plan queue)")
     smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from infocse.config import parse_config
@@ -139,6 +140,21 @@ def test_the_gpu_plan_runs_the_study_plans_sets_to_their_targets(tmp_path, monke
         ends[set_name] = (commands[-1].split()[:4], any(c.startswith("python -m stages.finetune") for c in commands))
     assert ends == {"main": (["python", "-m", "stages.record", "record/loop.json"], False),
                     "fewshot": (["python", "-m", "stages.record", "record/fewshot.json"], True)}
+
+
+def test_a_plan_of_runs_from_another_model_than_the_bundles_is_refused(tmp_path, monkeypatch):
+    """`plan` makes the bundle's MiniLM every run's seed model: a run from all-mpnet-base-v2 (as its seed
+    model, or mining round 1) would run MiniLM under its name. Such runs are refused, by name, before any
+    work; the main set's runs are not."""
+    monkeypatch.chdir(REPO)
+    (tmp_path / "model").mkdir()
+    monkeypatch.setattr(gpu_runs, "BUNDLE", tmp_path)
+    with pytest.raises(SystemExit, match="need another one: man-mpnet-infocse-gpu-s0, man-mpnet-neighbours-gpu-s0;"):
+        gpu_runs.main(["plan", "--set", "mpnet-seed", "--corpora", "manpages", "--seeds", "0"])
+    with pytest.raises(SystemExit, match="need another one: man-sbert-round1-gpu-s0;"):
+        gpu_runs.main(["plan", "--set", "ablations", "--corpora", "manpages", "--seeds", "0"])
+    assert not any(gpu_runs.needs_other_model(run["overrides"]) for run in expand("main", ["manpages", "bbc"], [0]))
+    assert not list(tmp_path.iterdir())[1:]  # nothing written beside the model folder
 
 
 def test_seed_model_here_is_the_published_weights_rounded_to_fp16_in_fp32(tmp_path):
