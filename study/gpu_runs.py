@@ -154,13 +154,6 @@ def prepare_corpora(params_by_run: list[dict], dest: Path) -> None:
 def plan(args: argparse.Namespace) -> None:
     if not (BUNDLE / "model").is_dir():
         raise SystemExit(f"{BUNDLE}/model is missing: build the bundle first (python -m study.gpu_bundle)")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "stages", "infocse", "dvc.yaml"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    if dirty:  # the stage commands come from HEAD's dvc.yaml, the code from the working tree
-        raise SystemExit(f"commit the pipeline's code first; it differs from {commit[:7]}:\n{dirty}")
-    base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
-    entries = []
     runs = [{**r, "name": gpu_name(r["name"], args.tag)} for set_name in args.set
             for r in expand(set_name, args.corpora, args.seeds)]
     runs = [r for r in runs if fnmatch.fnmatchcase(r["name"], args.match)]
@@ -169,6 +162,13 @@ def plan(args: argparse.Namespace) -> None:
         raise SystemExit(f"the bundle's only model is {SEED_MODEL_FOLDER}, and these runs need another one: "
                          f"{', '.join(other_models)}; leave them out (--match) and queue them with DVC "
                          "(python -m study.plan queue)")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "stages", "infocse", "dvc.yaml"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if dirty:  # the stage commands come from HEAD's dvc.yaml, the code from the working tree
+        raise SystemExit(f"commit the pipeline's code first; it differs from {commit[:7]}:\n{dirty}")
+    base = yaml.safe_load(Path("params.yaml").read_text(encoding="utf-8"))
+    entries = []
     smoke = {"corpus.max_documents": args.max_documents} if args.max_documents else {}
     with tempfile.TemporaryDirectory() as scratch:
         subprocess.run(f"git archive HEAD | tar -x -C {shlex.quote(scratch)}", shell=True, check=True)
